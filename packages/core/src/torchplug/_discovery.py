@@ -1,0 +1,235 @@
+"""Finding plugins: one scan of the ``torchplug.plugins`` entry-point group, nothing imported.
+
+The scan reads each installed distribution's entry points first and its metadata only when it
+declares a torchplug plugin. Copies of one distribution found twice on ``sys.path`` are
+deduplicated (the first wins, as for imports; the other is recorded as shadowed). The result is
+sorted by distribution and entry-point name, so the load order never depends on the file system.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as metadata
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import re
+from typing import TYPE_CHECKING
+
+from torchplug._registry import Provider, canonicalize_name
+
+if TYPE_CHECKING:
+    from packaging.specifiers import SpecifierSet
+
+__all__ = ["CORE_DISTRIBUTION", "ENTRY_POINT_GROUP", "STATES", "PluginRecord", "core_version", "scan"]
+
+#: The entry-point group every torchplug plugin is declared in.
+ENTRY_POINT_GROUP: Final = "torchplug.plugins"
+
+#: The core's distribution name, the one plugins declare a requirement on.
+CORE_DISTRIBUTION: Final = "core"
+
+#: Every state a plugin can end in, with what it means (the listing's legend).
+STATES: Final[dict[str, str]] = {
+    "ok": "loaded; its names are registered",
+    "broken": "its import or one of its hooks raised; its names raise that error",
+    "incompatible": "its requirement on core excludes the installed core; not imported",
+    "blocked": "named in TORCHPLUG_BLOCK_PLUGINS; not imported",
+    "disabled": "autoload is off and it is not named in TORCHPLUG_PLUGINS; not imported",
+    "shadowed": "another copy of the same distribution comes first on sys.path; not imported",
+}
+
+
+@dataclass(eq=False, slots=True)
+class PluginRecord:
+    """One plugin found by discovery (an entry point, the core's built-ins, or a named module).
+
+    Attributes:
+        name: The entry-point name (``"builtin"`` for the core's own plugins).
+        value: What the entry point names: ``"module"`` or ``"module:attribute"``.
+        distribution: The providing distribution's name, as published.
+        version: The providing distribution's version.
+        state: One of :data:`STATES`, or ``"pending"`` before loading.
+        reason: Why it is in that state, in words (empty when ok).
+        error: The exception that made it broken.
+        traceback: The formatted traceback of ``error``.
+        requires_core: The distribution's requirement on ``core`` (for example ``">=0.1,<0.2"``).
+        location: Where the distribution is installed.
+        load_seconds: Time spent importing it and running its registration hooks.
+        builtin: True for the core's own plugins.
+        entry_point: The entry point itself (None for built-ins and named modules).
+    """
+
+    name: str
+    value: str
+    distribution: str | None = None
+    version: str | None = None
+    state: str = "pending"
+    reason: str = ""
+    error: BaseException | None = None
+    traceback: str | None = None
+    requires_core: str | None = None
+    location: str | None = None
+    load_seconds: float = 0.0
+    builtin: bool = False
+    entry_point: metadata.EntryPoint | None = field(default=None, repr=False)
+    _provider: Provider | None = field(default=None, repr=False)
+
+    @property
+    def provider(self) -> Provider:
+        """The :class:`Provider` stamped on every entry this plugin registers."""
+        if self._provider is None:
+            self._provider = Provider(self.name, self.distribution, self.version, self.builtin)
+        return self._provider
+
+    @property
+    def provider_label(self) -> str:
+        """``distribution version``, or the module name for a plugin outside any distribution."""
+        return f"{self.distribution} {self.version}" if self.distribution else self.value
+
+    @property
+    def key(self) -> str:
+        """The unique name the plugin is registered under in pluggy."""
+        return f"{self.distribution or 'module'}:{self.name}"
+
+    def as_dict(self, verbose: bool = False) -> dict[str, Any]:
+        """JSON-ready form, used by ``core plugins list --json``."""
+        data: dict[str, Any] = {
+            "name": self.name,
+            "module": self.value,
+            "distribution": self.distribution,
+            "version": self.version,
+            "state": self.state,
+            "reason": self.reason or None,
+            "requires_core": self.requires_core,
+            "builtin": self.builtin,
+            "load_ms": round(self.load_seconds * 1000, 3),
+        }
+        if verbose:
+            data["location"] = self.location
+            data["traceback"] = self.traceback
+        return data
+
+
+def core_version() -> str:
+    """The installed core's version (``0+unknown`` when running from an uninstalled source tree)."""
+    try:
+        return metadata.version(CORE_DISTRIBUTION)
+    except metadata.PackageNotFoundError:
+        return "0+unknown"
+
+
+def scan(core: str) -> list[PluginRecord]:
+    """Find every plugin entry point, deduplicated by distribution, sorted, and checked against ``core``.
+
+    Returns records in state ``pending`` (to be loaded), ``incompatible`` or ``shadowed``.
+    """
+    records: list[PluginRecord] = []
+    first_copy: dict[str, tuple[str, str | None]] = {}
+    for dist in metadata.distributions():
+        try:
+            eps = [ep for ep in dist.entry_points if ep.group == ENTRY_POINT_GROUP]
+        except Exception:  # a damaged entry_points.txt must not stop discovery of the others
+            continue
+        if not eps:
+            continue
+        records.extend(_records_for(dist, eps, core, first_copy))
+    records.sort(key=lambda r: (canonicalize_name(r.distribution or ""), r.name))
+    return records
+
+
+def _records_for(
+    dist: metadata.Distribution,
+    eps: list[metadata.EntryPoint],
+    core: str,
+    first_copy: dict[str, tuple[str, str | None]],
+) -> list[PluginRecord]:
+    name, version, requires = _read_metadata(dist)
+    location = _location(dist)
+    canonical = canonicalize_name(name)
+    requirement = _core_requirement(requires)
+    records = [
+        PluginRecord(name=ep.name, value=ep.value, distribution=name, version=version, location=location,
+                     requires_core=str(requirement) or None if requirement is not None else None, entry_point=ep)
+        for ep in eps
+    ]
+    if canonical in first_copy:
+        kept_version, kept_location = first_copy[canonical]
+        for record in records:
+            record.state = "shadowed"
+            record.reason = (f"{name} {kept_version} at {kept_location} comes first on sys.path; "
+                             f"this copy ({version} at {location}) is ignored")
+        return records
+    first_copy[canonical] = (version, location)
+    problem = _incompatibility(name, version, requirement, core)
+    if problem:
+        for record in records:
+            record.state = "incompatible"
+            record.reason = problem
+    return records
+
+
+def _read_metadata(dist: metadata.Distribution) -> tuple[str, str, list[str]]:
+    """Name, version and Requires-Dist lines, read from the metadata headers only.
+
+    Reading the header lines by hand is several times faster than ``dist.metadata`` (an email
+    parser over the whole file, description included); the fallback covers other layouts.
+    """
+    text = dist.read_text("METADATA") or dist.read_text("PKG-INFO")
+    if text is None:
+        meta = dist.metadata
+        return meta["Name"] or "<unnamed>", meta["Version"] or "0", meta.get_all("Requires-Dist") or []
+    name, version, requires = "<unnamed>", "0", []
+    for line in text.splitlines():
+        if not line.strip():
+            break  # the headers end at the first blank line; the description follows
+        key, _, value = line.partition(":")
+        if key == "Name":
+            name = value.strip()
+        elif key == "Version":
+            version = value.strip()
+        elif key == "Requires-Dist":
+            requires.append(value.strip())
+    return name, version, requires
+
+
+def _location(dist: metadata.Distribution) -> str | None:
+    try:
+        return str(dist.locate_file(""))
+    except Exception:
+        return None
+
+
+_REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
+
+
+def _core_requirement(requires: list[str]) -> SpecifierSet | None:
+    """The specifier of the requirement on ``core`` (packaging is imported only when there is one)."""
+    for line in requires:
+        match = _REQUIREMENT_NAME.match(line)
+        if match is None or canonicalize_name(match.group(1)) != CORE_DISTRIBUTION:
+            continue  # cheap pre-filter: most requirements are not on core
+        from packaging.requirements import InvalidRequirement, Requirement
+
+        try:
+            req = Requirement(line)
+        except InvalidRequirement:
+            continue
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue
+        return req.specifier
+    return None
+
+
+def _incompatibility(name: str, version: str, requirement: SpecifierSet | None, core: str) -> str:
+    if requirement is None or not str(requirement):
+        return ""
+    from packaging.version import InvalidVersion, Version
+
+    try:
+        installed = Version(core)
+    except InvalidVersion:
+        return ""
+    if requirement.contains(installed, prereleases=True):
+        return ""
+    return (f"{name} {version} requires core{requirement}, but core {core} is installed. "
+            f"Hint: install a release of {name} that supports core {core}, or a core that matches core{requirement}")

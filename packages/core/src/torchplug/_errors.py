@@ -1,0 +1,68 @@
+"""The exceptions torchplug raises: each says what was wrong, what was given, and how to fix it."""
+
+from __future__ import annotations
+
+__all__ = [
+    "BrokenPluginError",
+    "MisconfigurationError",
+    "PluginConflictError",
+    "PluginError",
+    "PluginLoadError",
+    "PluginSettingsError",
+    "PluginUnavailableError",
+    "TorchplugError",
+    "UnknownPluginError",
+]
+
+
+class TorchplugError(Exception):
+    """Base class of every error torchplug raises on purpose."""
+
+
+class MisconfigurationError(TorchplugError, ValueError):
+    """The arguments given to the Trainer (or the command line) do not fit together.
+
+    The message names the arguments as the user wrote them and lists the valid choices.
+    """
+
+
+class PluginError(TorchplugError):
+    """Base class of the errors about plugins and registry names."""
+
+
+class UnknownPluginError(PluginError, LookupError):
+    """No installed plugin provides the requested name.
+
+    The message suggests close names, lists the installed names of that kind, and says which
+    package to install when the name belongs to a known first-party backend.
+    """
+
+    def __str__(self) -> str:
+        # LookupError would otherwise show the repr of the message, quotes and all.
+        return str(self.args[0]) if self.args else ""
+
+
+class BrokenPluginError(PluginError, ImportError):
+    """The plugin that provides the requested name failed to load; the cause is chained."""
+
+
+class PluginUnavailableError(PluginError, RuntimeError):
+    """The plugin loaded, but cannot run on this machine (for example: no device, no vendor library)."""
+
+
+class PluginConflictError(PluginError, LookupError):
+    """Several distributions provide the requested name and none was chosen.
+
+    The message lists the providers and the three ways to pick one.
+    """
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+
+class PluginLoadError(PluginError):
+    """Raised by discovery when ``TORCHPLUG_STRICT_PLUGINS=1`` and some plugin failed to load."""
+
+
+class PluginSettingsError(PluginError, ValueError):
+    """A ``TORCHPLUG_*`` environment variable holds a value that cannot be understood."""

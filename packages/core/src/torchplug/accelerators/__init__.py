@@ -1,0 +1,8 @@
+"""Accelerators: kinds of hardware. The base class is torch-free; implementations load on first use."""
+
+from torchplug._lazy import lazy_attributes
+from torchplug.accelerators.accelerator import Accelerator
+
+__all__ = ["Accelerator", "CPUAccelerator"]
+
+__getattr__, __dir__ = lazy_attributes(__name__, {"CPUAccelerator": "torchplug.accelerators.cpu"}, globals())

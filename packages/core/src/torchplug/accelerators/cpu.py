@@ -1,0 +1,73 @@
+"""The CPU accelerator, always available."""
+
+from __future__ import annotations
+
+import os
+from typing import Any, ClassVar
+
+import torch
+
+from torchplug.accelerators.accelerator import Accelerator
+
+__all__ = ["CPUAccelerator"]
+
+
+class CPUAccelerator(Accelerator):
+    """Train on the CPU. ``devices=N`` runs N processes (useful with ``strategy="ddp"``)."""
+
+    name: ClassVar[str] = "cpu"
+    auto_priority: ClassVar[int] = 0
+    device_type: ClassVar[str] = "cpu"
+    autocast_device_type: ClassVar[str | None] = "cpu"
+    process_group_backend: ClassVar[str] = "gloo"
+
+    @staticmethod
+    def is_available() -> bool:
+        """The CPU is always there."""
+        return True
+
+    @staticmethod
+    def auto_device_count() -> int:
+        """``devices="auto"`` on the CPU means one process."""
+        return 1
+
+    @staticmethod
+    def parse_devices(devices: Any) -> int:
+        """Accept a positive int or a string of digits: the number of processes."""
+        if isinstance(devices, bool) or not isinstance(devices, (int, str)):
+            raise TypeError(
+                f"devices={devices!r} is not valid with the CPU accelerator: give the number of processes, "
+                "a positive int such as devices=2."
+            )
+        text = str(devices).strip()
+        if not text.lstrip("-").isdigit() or int(text) <= 0:
+            raise ValueError(
+                f"devices={devices!r} is not valid with the CPU accelerator: give the number of processes, "
+                "a positive int such as devices=2."
+            )
+        return int(text)
+
+    @staticmethod
+    def get_parallel_devices(devices: Any) -> list[torch.device]:
+        """One ``cpu`` device per process."""
+        return [torch.device("cpu")] * int(devices)
+
+    def setup_device(self, device: torch.device) -> None:
+        """Nothing to select on the CPU; checks that the device is a CPU."""
+        if device.type != self.device_type:
+            raise ValueError(f"The CPU accelerator cannot run on device {device}.")
+
+    def teardown(self) -> None:
+        """Nothing to release."""
+
+    def get_device_stats(self, device: torch.device) -> dict[str, Any]:
+        """Load average and the process's resident memory, where the OS reports them."""
+        stats: dict[str, Any] = {}
+        if hasattr(os, "getloadavg"):
+            stats["cpu_load_1m"] = os.getloadavg()[0]
+        try:
+            with open("/proc/self/statm") as statm:
+                stats["rss_bytes"] = int(statm.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            pass
+        return stats

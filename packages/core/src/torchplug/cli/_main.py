@@ -1,0 +1,61 @@
+"""Entry point of the ``core`` command: a light argparse front that imports only what a command needs."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+from typing import Final
+
+from torchplug._errors import PluginError, PluginSettingsError
+
+__all__ = ["EXIT_CODES", "main"]
+
+EXIT_CODES: Final = """exit codes:
+  0  success
+  1  something is broken: a plugin failed to load or (with --check) a class failed to import,
+     or TORCHPLUG_STRICT_PLUGINS=1 and a plugin failed
+  2  usage error: unknown option, kind or name, or a bad TORCHPLUG_* variable"""
+
+
+def _version() -> str:
+    from torchplug._discovery import core_version
+
+    return f"core {core_version()}"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command-line parser of ``core`` (training subcommands are parsed by jsonargparse)."""
+    from torchplug.cli import _plugins
+
+    parser = argparse.ArgumentParser(
+        prog="core",
+        description="torchplug: train PyTorch models with pluggable hardware, cluster and storage backends.",
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=_version())
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    _plugins.add_parser(commands)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the ``core`` command with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
+    args_list = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    args = parser.parse_args(args_list)
+    if args.command is None:
+        parser.print_help()
+        return 2
+    try:
+        return int(args.handler(args))
+    except PluginSettingsError as exc:
+        print(f"core: error: {exc}", file=sys.stderr)
+        return 2
+    except PluginError as exc:
+        print(f"core: error: {exc}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:  # `core plugins list | head` closed the pipe: not an error
+        sys.stderr.close()
+        return 0

@@ -1,0 +1,219 @@
+"""``core plugins list`` and ``core plugins show``."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import shutil
+import sys
+from typing import Any, Final
+
+from torchplug._discovery import STATES
+from torchplug._host import PluginHost
+from torchplug._listing import ENTRY_STATUSES, SCHEMA_VERSION, EntryReport, Listing, collect
+from torchplug._registry import KINDS, canonicalize_name
+from torchplug._settings import ENV_VARS, PluginSettings
+
+__all__ = ["add_parser"]
+
+_KIND_ALIASES: Final = {
+    **{kind: kind for kind in KINDS},
+    **{f"{kind}s": kind for kind in KINDS},
+    "io": "checkpoint_io", "checkpoint-io": "checkpoint_io", "env": "cluster_environment",
+    "environment": "cluster_environment", "cluster-environment": "cluster_environment",
+}
+
+JSON_SCHEMA_HELP: Final = f"""--json prints one object (schema_version {SCHEMA_VERSION}):
+  core_version, settings {{autoload, requested, blocked, strict, prefer}}, discovery_ms,
+  plugins: [{{name, module, distribution, version, state, reason, requires_core, builtin, load_ms}}]
+  entries: [{{kind, name, aliases, target, description, init_params,
+             provider {{plugin, distribution, version, builtin}}, status, reason,
+             detected (cluster environments only: whether detect() says yes here),
+             check {{imported, available, device_count, error, seconds}} (with --check)}}]
+plugin states: {", ".join(STATES)}
+entry statuses: {", ".join(ENTRY_STATUSES)}"""
+
+
+def add_parser(commands: Any) -> None:
+    """Add ``plugins list`` and ``plugins show`` to the ``core`` command."""
+    from torchplug.cli._main import EXIT_CODES
+
+    env_help = "environment variables:\n" + "\n".join(f"  {k}  {v}" for k, v in ENV_VARS.items())
+    plugins = commands.add_parser("plugins", help="list and inspect installed plugins")
+    sub = plugins.add_subparsers(dest="plugins_command", metavar="SUBCOMMAND", required=True)
+
+    listing = sub.add_parser(
+        "list", help="list every plugin and registered name with its state",
+        description="List every discovered plugin and every registered name, with provider and state. "
+                    "Imports no torch unless --check is given.",
+        epilog=f"{JSON_SCHEMA_HELP}\n\n{env_help}\n\n{EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    listing.add_argument("--kind", type=_kind, help=f"only this kind ({', '.join(KINDS)})")
+    listing.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
+    listing.add_argument("--check", action="store_true",
+                         help="import each class, ask if it can run here and count devices (imports torch)")
+    listing.add_argument("-v", "--verbose", action="store_true",
+                         help="show module paths, load times and tracebacks")
+    listing.set_defaults(handler=_list)
+
+    show = sub.add_parser(
+        "show", help="everything about one name or plugin",
+        description="Show one registered name (or plugin) in full, importing its class to check it.",
+        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    show.add_argument("name", help="a registered name or alias, NAME@PROVIDER, or a plugin/distribution name")
+    show.add_argument("--kind", type=_kind, help="only look among this kind")
+    show.add_argument("--json", action="store_true", help="print JSON instead of text")
+    show.set_defaults(handler=_show)
+
+
+def _kind(value: str) -> str:
+    kind = _KIND_ALIASES.get(value.lower())
+    if kind is None:
+        raise argparse.ArgumentTypeError(f"unknown kind {value!r}; choose from {', '.join(KINDS)}")
+    return kind
+
+
+def _host() -> PluginHost:
+    # The listing exists to show failures, so it never raises on them; the exit code reports them.
+    settings = PluginSettings.from_env()
+    return PluginHost(dataclasses.replace(settings, strict=False))
+
+
+def _exit_code(listing: Listing, check: bool) -> int:
+    strict = PluginSettings.from_env().strict
+    return 1 if listing.failed and (check or strict) else 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    kinds = (args.kind,) if args.kind else KINDS
+    listing = collect(_host(), kinds, check=args.check)
+    if args.json:
+        json.dump(listing.as_dict(verbose=args.verbose), sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_table(listing, args.verbose, args.check)
+    return _exit_code(listing, args.check)
+
+
+def _print_table(listing: Listing, verbose: bool, check: bool) -> None:
+    headers = ["NAME", "KIND", "ALIASES", "PROVIDER", "STATUS", "DESCRIPTION"]
+    if verbose:
+        headers.insert(5, "TARGET")
+    if check:
+        headers.insert(5, "DEVICES")
+    rows = [_row(report, verbose, check) for report in listing.entries]
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    total = shutil.get_terminal_size((160, 24)).columns
+    out = sys.stdout
+    out.write(_line(headers, widths, total) + "\n")
+    for report, row in zip(listing.entries, rows):
+        out.write(_line(row, widths, total) + "\n")
+        if report.reason and (report.status != "ok" or report.detected is not None):
+            out.write(f"    -> {report.reason}\n")
+    _print_plugins(listing, verbose)
+
+
+def _row(report: EntryReport, verbose: bool, check: bool) -> list[str]:
+    entry = report.entry
+    row = [entry.name, entry.kind, ",".join(entry.aliases) or "-", entry.provider.label, report.status,
+           entry.description]
+    if verbose:
+        row.insert(5, entry.target_path)
+    if check:
+        count = (report.check or {}).get("device_count")
+        row.insert(5, "-" if count is None else str(count))
+    return row
+
+
+def _line(cells: list[str], widths: list[int], total: int) -> str:
+    text = "  ".join(cell.ljust(width) for cell, width in zip(cells, widths)).rstrip()
+    return text if len(text) <= total or not sys.stdout.isatty() else text[: total - 1] + "…"
+
+
+def _print_plugins(listing: Listing, verbose: bool) -> None:
+    records = listing.host.records if verbose else listing.host.failed_plugins()
+    if not records:
+        return
+    out = sys.stdout
+    out.write("\nPlugins:\n" if verbose else "\nPlugins not loaded:\n")
+    for record in records:
+        origin = f"{record.distribution}=={record.version}" if record.distribution else "TORCHPLUG_PLUGINS"
+        detail = f" ({record.load_seconds * 1000:.1f} ms, {record.value})" if verbose else ""
+        out.write(f"  {record.name:<16} {record.state:<12} {origin}{detail}\n")
+        if record.reason:
+            out.write(f"    -> {record.reason}\n")
+        if verbose and record.traceback:
+            out.write("".join(f"       {line}\n" for line in record.traceback.rstrip().splitlines()))
+    if not verbose:
+        out.write("Run with -v for tracebacks and load times.\n")
+
+
+def _show(args: argparse.Namespace) -> int:
+    kinds = (args.kind,) if args.kind else KINDS
+    host = _host()
+    listing = collect(host, kinds)
+    key, _, provider = args.name.lower().partition("@")
+    matches = [r for r in listing.entries if key in (r.entry.name, *r.entry.aliases)
+               and (not provider or r.entry.provider.matches(provider))]
+    wanted = canonicalize_name(args.name)
+    records = [r for r in host.records
+               if wanted in (canonicalize_name(r.name), canonicalize_name(r.distribution or ""))]
+    if not matches and not records:
+        known = sorted({r.entry.name for r in listing.entries})
+        print(f"core: error: no plugin or registered name {args.name!r}. Installed names: {', '.join(known)}. "
+              "Hint: core plugins list", file=sys.stderr)
+        return 2
+    from torchplug._listing import _check
+
+    for report in matches:
+        if report.status in ("ok", "unavailable", "shadowed"):
+            _check(report)
+    data = {"entries": [_detail(r) for r in matches], "plugins": [r.as_dict(verbose=True) for r in records]}
+    if args.json:
+        json.dump(data, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        _print_detail(data)
+    broken = any(r.status == "broken" for r in matches) or any(r.state == "broken" for r in records)
+    return 1 if broken else 0
+
+
+def _detail(report: EntryReport) -> dict[str, Any]:
+    data = report.as_dict()
+    cls = report.entry._cls
+    doc = (cls.__doc__ or "").strip().splitlines() if cls is not None else []
+    data["doc"] = doc[0] if doc else None
+    return data
+
+
+def _print_detail(data: dict[str, Any]) -> None:
+    out = sys.stdout
+    for entry in data["entries"]:
+        provider = entry["provider"]
+        out.write(f"{entry['kind']} {entry['name']!r}\n")
+        rows = [
+            ("status", entry["status"] + (f" ({entry['reason']})" if entry["reason"] else "")),
+            ("provider", f"{provider['distribution']} {provider['version']} (plugin {provider['plugin']!r})"
+             if provider["distribution"] else f"module {provider['plugin']}"),
+            ("aliases", ", ".join(entry["aliases"]) or "-"),
+            ("class", entry["target"]),
+            ("init params", json.dumps(entry["init_params"]) if entry["init_params"] else "-"),
+            ("description", entry["description"] or "-"),
+            ("docstring", entry["doc"] or "-"),
+        ]
+        check = entry.get("check") or {}
+        if check.get("device_count") is not None:
+            rows.append(("devices", str(check["device_count"])))
+        for label, value in rows:
+            out.write(f"  {label:<12} {value}\n")
+        out.write("\n")
+    for record in data["plugins"]:
+        out.write(f"plugin {record['name']!r} from {record['distribution']} {record['version']}: {record['state']}\n")
+        for label in ("module", "location", "requires_core", "reason", "load_ms"):
+            out.write(f"  {label:<13} {record[label]}\n")
+        if record.get("traceback"):
+            out.write("".join(f"    {line}\n" for line in record["traceback"].rstrip().splitlines()))
+        out.write("\n")

@@ -1,0 +1,81 @@
+"""The ``local`` cluster environment: this machine, processes started by torchplug or by hand."""
+
+from __future__ import annotations
+
+import os
+import socket
+from typing import ClassVar
+
+from torchplug.environments.cluster_environment import ClusterEnvironment
+
+__all__ = ["LocalEnvironment", "find_free_port"]
+
+
+def find_free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that nothing listens on right now (the OS picks it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.bind((host, 0))
+        return int(sock.getsockname()[1])
+
+
+class LocalEnvironment(ClusterEnvironment):
+    """The default: one machine, ranks from torchplug's launchers (or ``LOCAL_RANK`` when started by hand).
+
+    Reads ``MASTER_ADDR``/``MASTER_PORT`` (defaults: 127.0.0.1 and a free port), ``LOCAL_RANK``
+    and ``NODE_RANK`` (or ``GROUP_RANK``).
+    """
+
+    detect_priority: ClassVar[int] = 0
+
+    def __init__(self) -> None:
+        self._world_size = 1
+        self._global_rank = 0
+        self._port: int | None = None
+
+    @classmethod
+    def detect(cls) -> bool:
+        """Always True: the fallback when no scheduler is detected."""
+        return True
+
+    @property
+    def creates_processes_externally(self) -> bool:
+        """True when ``LOCAL_RANK`` is set, meaning the processes were started by someone else."""
+        return "LOCAL_RANK" in os.environ
+
+    @property
+    def main_address(self) -> str:
+        """``MASTER_ADDR``, else 127.0.0.1."""
+        return os.environ.get("MASTER_ADDR", "127.0.0.1")
+
+    @property
+    def main_port(self) -> int:
+        """``MASTER_PORT``, else a free port chosen once for this environment object."""
+        if "MASTER_PORT" in os.environ:
+            return int(os.environ["MASTER_PORT"])
+        if self._port is None:
+            self._port = find_free_port()
+        return self._port
+
+    def world_size(self) -> int:
+        """The world size the strategy set."""
+        return self._world_size
+
+    def set_world_size(self, size: int) -> None:
+        """Set by the strategy: devices × nodes."""
+        self._world_size = size
+
+    def global_rank(self) -> int:
+        """The rank the strategy set."""
+        return self._global_rank
+
+    def set_global_rank(self, rank: int) -> None:
+        """Set by the strategy: node rank × devices + local rank."""
+        self._global_rank = rank
+
+    def local_rank(self) -> int:
+        """``LOCAL_RANK``, else 0."""
+        return int(os.environ.get("LOCAL_RANK", 0))
+
+    def node_rank(self) -> int:
+        """``NODE_RANK``, else ``GROUP_RANK``, else 0."""
+        return int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", 0)))

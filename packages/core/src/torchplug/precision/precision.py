@@ -1,0 +1,126 @@
+"""The Precision base class: the numerics of training (dtypes, autocast, loss scaling).
+
+The base class is full precision (``32-true``): every method is a working no-op default, so a
+subclass overrides only what its numerics change. This module imports no torch at import time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Generator, Iterator
+from typing import TYPE_CHECKING, Any, ClassVar
+
+if TYPE_CHECKING:
+    import torch
+    from torch.optim import Optimizer
+
+    from torchplug._registry import Registry
+    from torchplug.accelerators.accelerator import Accelerator
+
+__all__ = ["Precision"]
+
+
+class Precision:
+    """Full float32 precision, and the interface every precision plugin implements."""
+
+    #: Registry name this class is usually known by (informational).
+    name: ClassVar[str] = "32-true"
+
+    def connect_accelerator(self, accelerator: Accelerator) -> None:
+        """Called once before training with the accelerator in use.
+
+        Mixed precision reads ``accelerator.autocast_device_type`` here instead of testing the
+        device type itself.
+        """
+
+    # -- creating and converting --------------------------------------------------------------
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Convert the module's parameters and buffers (for example ``module.half()``)."""
+        return module
+
+    @contextlib.contextmanager
+    def tensor_init_context(self) -> Generator[None, None, None]:
+        """A context in which new floating-point tensors get this precision's dtype."""
+        yield
+
+    @contextlib.contextmanager
+    def module_init_context(self) -> Generator[None, None, None]:
+        """A context in which to build the model (may swap layer classes as well as the dtype)."""
+        with self.tensor_init_context():
+            yield
+
+    def convert_input(self, data: Any) -> Any:
+        """Convert a batch's floating-point tensors before they reach the model."""
+        return data
+
+    def convert_output(self, data: Any) -> Any:
+        """Convert the model's outputs back to the default dtype."""
+        return data
+
+    # -- forward --------------------------------------------------------------------------------
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        """The context around every ``*_step`` call (for example ``torch.autocast``)."""
+        return contextlib.nullcontext()
+
+    # -- backward and step ------------------------------------------------------------------------
+
+    def pre_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> torch.Tensor:
+        """Prepare the loss before backward (a scaler multiplies it here)."""
+        return tensor
+
+    def backward(self, tensor: torch.Tensor, module: torch.nn.Module | None, optimizer: Optimizer | None,
+                 *args: Any, **kwargs: Any) -> None:
+        """Compute gradients of ``tensor``."""
+        tensor.backward(*args, **kwargs)
+
+    def post_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> None:
+        """Called after backward, before the optimizer step."""
+
+    def optimizer_step(self, optimizer: Optimizer, module: torch.nn.Module | None,
+                       closure: Callable[[], Any] | None = None) -> Any:
+        """Step the optimizer. ``closure`` computes the loss and its gradients (it may be None)."""
+        return optimizer.step(closure)
+
+    def main_params(self, optimizer: Optimizer) -> Iterator[torch.nn.Parameter]:
+        """The parameters the optimizer updates (the fp32 copies, where the precision keeps them)."""
+        for group in optimizer.param_groups:
+            yield from group["params"]
+
+    def unscale_gradients(self, optimizer: Optimizer) -> None:
+        """Undo loss scaling on the gradients before they are inspected or clipped."""
+
+    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str = "norm") -> None:
+        """Clip gradients by total norm (``algorithm="norm"``) or by value (``"value"``)."""
+        import torch
+
+        self.unscale_gradients(optimizer)
+        params = [p for p in self.main_params(optimizer) if p.grad is not None]
+        if algorithm == "norm":
+            torch.nn.utils.clip_grad_norm_(params, clip_val)
+        elif algorithm == "value":
+            torch.nn.utils.clip_grad_value_(params, clip_val)
+        else:
+            raise ValueError(f"gradient_clip_algorithm={algorithm!r} is not one of 'norm', 'value'")
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """State to save in checkpoints (for example the loss scaler's)."""
+        return {}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+
+    def teardown(self) -> None:
+        """Release state at the end of a run."""
+
+    # -- Lightning compatibility --------------------------------------------------------------
+
+    @classmethod
+    def register_precisions(cls, registry: Registry) -> None:
+        """Lightning-style self-registration: override to call ``registry.register(...)``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

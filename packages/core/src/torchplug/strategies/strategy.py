@@ -1,0 +1,333 @@
+"""The Strategy base class: how the model is spread over devices and processes.
+
+A Strategy holds an Accelerator, a Precision, a CheckpointIO and a ClusterEnvironment. The
+Trainer talks to hardware, processes, numerics and storage only through it.
+
+This module imports no torch at import time, so plugin modules may import it freely.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+if TYPE_CHECKING:
+    import torch
+    from torch.optim import Optimizer
+
+    from torchplug._registry import Registry
+    from torchplug.accelerators.accelerator import Accelerator
+    from torchplug.environments.cluster_environment import ClusterEnvironment
+    from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.precision.precision import Precision
+    from torchplug.strategies.launcher import Launcher
+
+__all__ = ["Strategy"]
+
+T = TypeVar("T")
+
+
+class Strategy(ABC):
+    """How training is spread over devices and processes (one device, DDP, FSDP, XLA, ...).
+
+    Subclasses implement the abstract members; everything else has a working single-process
+    default. The Trainer fills in the components the user did not set before calling
+    :meth:`setup_environment`: a component passed to the strategy's constructor always wins
+    over the Trainer's separate arguments.
+
+    Args:
+        accelerator: The hardware, or None to let the Trainer choose.
+        precision: The numerics plugin, or None for the Trainer's choice.
+        checkpoint_io: The storage plugin, or None for the accelerator's default.
+        cluster_environment: The rank/rendezvous source, or None for the detected one.
+    """
+
+    #: Whether this strategy runs more than one process (and so needs a cluster environment).
+    is_distributed: ClassVar[bool] = False
+
+    #: Whether the checkpoint must be restored after :meth:`setup` (sharded strategies) instead of before.
+    restore_checkpoint_after_setup: ClassVar[bool] = False
+
+    #: Whether the strategy accumulates gradients itself (on the device); the Trainer then steps every batch.
+    handles_gradient_accumulation: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        precision: Precision | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+    ) -> None:
+        self.accelerator = accelerator
+        self.precision = precision
+        self._checkpoint_io = checkpoint_io
+        self.cluster_environment = cluster_environment
+        self.launcher: Launcher | None = None
+        self.parallel_devices: list[torch.device] | None = None
+        self.num_nodes = 1
+        self.module: torch.nn.Module | None = None
+        self.model: torch.nn.Module | None = None
+        self.optimizers: list[Optimizer] = []
+
+    # -- components ---------------------------------------------------------------------------
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """The checkpoint IO in use (created on first use: the core's ``torch`` IO by default)."""
+        if self._checkpoint_io is None:
+            from torchplug.io.torch_io import TorchCheckpointIO
+
+            self._checkpoint_io = TorchCheckpointIO()
+        return self._checkpoint_io
+
+    @checkpoint_io.setter
+    def checkpoint_io(self, io: CheckpointIO | None) -> None:
+        self._checkpoint_io = io
+
+    @property
+    def has_checkpoint_io(self) -> bool:
+        """Whether a checkpoint IO was set (by the user or the Trainer), without creating the default."""
+        return self._checkpoint_io is not None
+
+    def precision_for(self, precision: str) -> str:
+        """Map a precision registry name to the one this strategy needs (default: the same name).
+
+        Called after ``Accelerator.precision_for``; a sharded or vendor strategy returns its own
+        precision plugin's name here.
+        """
+        return precision
+
+    def _configure_launcher(self) -> None:
+        """Set :attr:`launcher` for this strategy. Called after the components are in place."""
+
+    # -- where we are -------------------------------------------------------------------------
+
+    @property
+    @abstractmethod
+    def root_device(self) -> torch.device:
+        """The device this process computes on."""
+
+    @property
+    @abstractmethod
+    def is_global_zero(self) -> bool:
+        """Whether this process is global rank 0 (the one that writes logs and checkpoints)."""
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes."""
+        return self.cluster_environment.global_rank() if self.cluster_environment else 0
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node."""
+        return self.cluster_environment.local_rank() if self.cluster_environment else 0
+
+    @property
+    def node_rank(self) -> int:
+        """The rank of this process's node."""
+        return self.cluster_environment.node_rank() if self.cluster_environment else 0
+
+    @property
+    def world_size(self) -> int:
+        """The number of processes taking part."""
+        return self.cluster_environment.world_size() if self.cluster_environment else 1
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        """``num_replicas``/``rank`` for a DistributedSampler, or None when data need not be split."""
+        return None
+
+    # -- set-up -------------------------------------------------------------------------------
+
+    def connect(self, module: torch.nn.Module) -> None:
+        """Attach the user's module (not yet moved or wrapped)."""
+        self.module = module
+        self.model = module
+
+    def setup_environment(self) -> None:
+        """Prepare this process: select its device, and for parallel strategies join the process group.
+
+        Runs in every process, before the model is moved.
+        """
+        assert self.accelerator is not None, "the Trainer sets the accelerator before setup_environment()"
+        self.accelerator.setup_device(self.root_device)
+
+    def setup(self, configure_optimizers: Callable[[], list[Optimizer]] | None = None) -> None:
+        """Convert, move and wrap the model, then create the optimizers.
+
+        Args:
+            configure_optimizers: Creates the optimizers once the parameters are in their final
+                form (after sharding). None when not training (validate, test, predict).
+        """
+        assert self.module is not None and self.precision is not None
+        self.module = self.precision.convert_module(self.module)
+        self.model = self.module
+        self.model_to_device()
+        self.model = self.setup_module(self.module)
+        if configure_optimizers is not None:
+            self.optimizers = configure_optimizers()
+
+    @abstractmethod
+    def model_to_device(self) -> None:
+        """Move :attr:`module` to :attr:`root_device`."""
+
+    def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Wrap the module for this strategy (DDP, FSDP sharding...); the default returns it as is."""
+        return module
+
+    def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
+        """Adapt a dataloader for this strategy (a device loader, a vendor DataLoader...). Default: as is."""
+        return dataloader
+
+    def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
+        """Move every tensor in ``batch`` (tensors, lists, tuples, dicts, dataclasses) to the device, and
+        let the precision plugin convert it (``64-true`` and ``*-true`` cast floating-point inputs).
+        """
+        from torchplug.utilities.apply import move_to_device
+
+        batch = move_to_device(batch, device or self.root_device)
+        return self.precision.convert_input(batch) if self.precision is not None else batch
+
+    # -- steps --------------------------------------------------------------------------------
+
+    def training_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the module's ``training_step`` under the precision's forward context."""
+        assert self.precision is not None and self.module is not None
+        with self.precision.forward_context():
+            return self.module.training_step(*args, **kwargs)  # type: ignore[operator]
+
+    def validation_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the module's ``validation_step`` under the precision's forward context."""
+        assert self.precision is not None and self.module is not None
+        with self.precision.forward_context():
+            return self.module.validation_step(*args, **kwargs)  # type: ignore[operator]
+
+    def test_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the module's ``test_step`` under the precision's forward context."""
+        assert self.precision is not None and self.module is not None
+        with self.precision.forward_context():
+            return self.module.test_step(*args, **kwargs)  # type: ignore[operator]
+
+    def predict_step(self, *args: Any, **kwargs: Any) -> Any:
+        """Run the module's ``predict_step`` under the precision's forward context."""
+        assert self.precision is not None and self.module is not None
+        with self.precision.forward_context():
+            return self.module.predict_step(*args, **kwargs)  # type: ignore[operator]
+
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
+        """Compute gradients of ``loss`` through the precision plugin (which may scale it)."""
+        assert self.precision is not None and self.model is not None
+        loss = self.precision.pre_backward(loss, self.model)
+        self.precision.backward(loss, self.model, optimizer)
+        self.precision.post_backward(loss, self.model)
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+        """Step ``optimizer`` through the precision plugin; ``closure`` computes loss and gradients."""
+        assert self.precision is not None and self.model is not None
+        return self.precision.optimizer_step(optimizer, self.model, closure)
+
+    def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str = "norm") -> None:
+        """Clip the gradients of ``optimizer``'s parameters (``algorithm``: ``"norm"`` or ``"value"``)."""
+        assert self.precision is not None
+        self.precision.clip_gradients(optimizer, clip_val, algorithm)
+
+    @contextlib.contextmanager
+    def no_backward_sync(self, enabled: bool = True) -> Generator[None, None, None]:
+        """Skip gradient synchronisation inside the block (for gradient accumulation). Default: nothing to skip."""
+        yield
+
+    # -- collectives --------------------------------------------------------------------------
+
+    @abstractmethod
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process reaches this point."""
+
+    @abstractmethod
+    def broadcast(self, obj: T, src: int = 0) -> T:
+        """Send ``obj`` (any picklable object) from rank ``src`` to every process; return it everywhere."""
+
+    @abstractmethod
+    def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
+        """Gather ``tensor`` from every process, stacked on a new first dimension of size world_size."""
+
+    @abstractmethod
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
+        """Reduce ``tensor`` over every process (``reduce_op``: ``"mean"``, ``"sum"``, ``"max"``, ``"min"``)."""
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """Combine a per-process decision: True if every process (``all=True``) or any process said True."""
+        return decision
+
+    # -- contexts -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def model_sharded_context(self) -> Generator[None, None, None]:
+        """A context in which to build layers directly sharded (for sharded strategies). Default: nothing."""
+        yield
+
+    @contextlib.contextmanager
+    def tensor_init_context(self) -> Generator[None, None, None]:
+        """A context for creating tensors with the precision's dtype on the right device."""
+        assert self.precision is not None
+        with self.precision.tensor_init_context():
+            yield
+
+    # -- checkpoints --------------------------------------------------------------------------
+
+    def module_state_dict(self) -> dict[str, Any]:
+        """The module's full (unsharded) state dict, as written into checkpoints."""
+        assert self.module is not None
+        return self.module.state_dict()
+
+    def load_module_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
+        """Load a full state dict into the module (sharding it where the strategy shards)."""
+        assert self.module is not None
+        self.module.load_state_dict(state_dict, strict=strict)
+
+    def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
+        """The optimizer's full state dict, as written into checkpoints."""
+        return optimizer.state_dict()
+
+    def load_optimizer_state_dict(self, optimizer: Optimizer, state_dict: Mapping[str, Any]) -> None:
+        """Load a full optimizer state dict (sharding it where the strategy shards)."""
+        optimizer.load_state_dict(dict(state_dict))
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
+        """Write ``checkpoint`` through the checkpoint IO, from global rank 0 only."""
+        if self.is_global_zero:
+            self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    def load_checkpoint(self, path: str, weights_only: bool = True) -> dict[str, Any]:
+        """Read a checkpoint through the checkpoint IO (every rank reads it)."""
+        return self.checkpoint_io.load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+
+    def remove_checkpoint(self, filepath: str) -> None:
+        """Delete a checkpoint through the checkpoint IO, from global rank 0 only."""
+        if self.is_global_zero:
+            self.checkpoint_io.remove_checkpoint(filepath)
+
+    # -- end ----------------------------------------------------------------------------------
+
+    def teardown(self) -> None:
+        """Release everything: unwrap the model, tear down the precision, IO and accelerator."""
+        if self.precision is not None:
+            self.precision.teardown()
+        if self._checkpoint_io is not None:
+            self._checkpoint_io.teardown()
+        if self.accelerator is not None:
+            self.accelerator.teardown()
+        self.model = self.module
+
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when training fails, before teardown (for example to stop other processes)."""
+
+    # -- Lightning compatibility ----------------------------------------------------------------
+
+    @classmethod
+    def register_strategies(cls, registry: Registry) -> None:
+        """Lightning-style self-registration: override to call ``registry.register(...)``."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}()"

@@ -1,0 +1,1 @@
+"""Small helpers shared by the Trainer and the built-in plugins."""

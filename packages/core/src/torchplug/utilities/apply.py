@@ -1,0 +1,46 @@
+"""Applying a function to every tensor in a nested batch."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+__all__ = ["apply_to_tensors", "move_to_device"]
+
+
+def apply_to_tensors(data: Any, function: Callable[[torch.Tensor], Any]) -> Any:
+    """Return ``data`` with ``function`` applied to every tensor inside lists, tuples, dicts and dataclasses."""
+    if isinstance(data, torch.Tensor):
+        return function(data)
+    if isinstance(data, (list, tuple)):
+        items = [apply_to_tensors(item, function) for item in data]
+        if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+            return type(data)(*items)
+        return type(data)(items)
+    if isinstance(data, Mapping):
+        return type(data)({key: apply_to_tensors(value, function) for key, value in data.items()})  # type: ignore[call-arg]
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        fields = [f.name for f in dataclasses.fields(data) if f.init]
+        changes = {name: apply_to_tensors(getattr(data, name), function) for name in fields}
+        return dataclasses.replace(data, **changes)
+    return data
+
+
+def move_to_device(data: Any, device: torch.device) -> Any:
+    """Move every tensor in ``data`` to ``device`` (a batch already there is returned as it is)."""
+    if _all_on(data, device):
+        return data  # the common case on one device: no rebuild of the batch
+    return apply_to_tensors(data, lambda t: t.to(device))
+
+
+def _all_on(data: Any, device: torch.device) -> bool:
+    if isinstance(data, torch.Tensor):
+        return data.device == device
+    if isinstance(data, (list, tuple)):
+        return all(_all_on(item, device) for item in data)
+    if isinstance(data, Mapping):
+        return all(_all_on(value, device) for value in data.values())
+    return not (dataclasses.is_dataclass(data) and not isinstance(data, type))
