@@ -9,11 +9,9 @@ sorted by distribution and entry-point name, so the load order never depends on 
 from __future__ import annotations
 
 import importlib.metadata as metadata
-from dataclasses import dataclass, field
-from typing import Any, Final
-
 import re
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Final
 
 from torchplug._registry import Provider, canonicalize_name
 
@@ -208,6 +206,14 @@ def _core_requirement(requires: list[str]) -> SpecifierSet | None:
         match = _REQUIREMENT_NAME.match(line)
         if match is None or canonicalize_name(match.group(1)) != CORE_DISTRIBUTION:
             continue  # cheap pre-filter: most requirements are not on core
+        rest = line[match.end():].strip()
+        if not any(c in rest for c in ";[@("):  # the usual "core>=0.1,<0.2": no marker, extra or URL
+            from packaging.specifiers import InvalidSpecifier, SpecifierSet
+
+            try:
+                return SpecifierSet(rest)
+            except InvalidSpecifier:
+                continue
         from packaging.requirements import InvalidRequirement, Requirement
 
         try:

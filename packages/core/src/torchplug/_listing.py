@@ -129,7 +129,10 @@ def _check(report: EntryReport) -> None:
     try:
         cls = report.entry.load()
         check["imported"] = True
-        reason = unavailable_reason(cls, report.entry)
+        # A class without is_available() (most strategies and precisions) is judged by its entry's
+        # probe, so that --check agrees with the status the listing shows without importing.
+        has_check = callable(getattr(cls, "is_available", None))
+        reason = unavailable_reason(cls, report.entry) if has_check else report.entry.unavailable_reason()
         check["available"] = reason is None
         if reason is not None:
             report.status, report.reason = "unavailable", reason

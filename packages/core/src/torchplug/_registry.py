@@ -63,7 +63,7 @@ INSTALL_HINTS: Final[dict[str, dict[str, str]]] = {
                   "ipu-32-true": "accel-ipu", "ipu-16-mixed": "accel-ipu", "ipu-16-true": "accel-ipu",
                   "hpu-bf16-mixed": "accel-hpu", "hpu-fp8": "accel-hpu", "fp8": "accel-hpu"},
     "checkpoint_io": {"xla": "io-xla"},
-    "cluster_environment": {"slurm": "env-slurm", "xla": "accel-tpu"},
+    "cluster_environment": {"slurm": "env-slurm", "xla_runtime": "accel-tpu"},
 }
 
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")

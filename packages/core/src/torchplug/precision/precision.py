@@ -19,6 +19,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Precision"]
 
+_NO_CONTEXT = contextlib.nullcontext()  # reusable and reentrant: one object for every step
+
 
 class Precision:
     """Full float32 precision, and the interface every precision plugin implements."""
@@ -62,7 +64,7 @@ class Precision:
 
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """The context around every ``*_step`` call (for example ``torch.autocast``)."""
-        return contextlib.nullcontext()
+        return _NO_CONTEXT
 
     # -- backward and step ------------------------------------------------------------------------
 

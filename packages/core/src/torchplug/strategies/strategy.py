@@ -28,6 +28,8 @@ __all__ = ["Strategy"]
 
 T = TypeVar("T")
 
+_move_to_device: Callable[[Any, torch.device], Any] | None = None
+
 
 class Strategy(ABC):
     """How training is spread over devices and processes (one device, DDP, FSDP, XLA, ...).
@@ -182,12 +184,16 @@ class Strategy(ABC):
         return dataloader
 
     def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
-        """Move every tensor in ``batch`` (tensors, lists, tuples, dicts, dataclasses) to the device, and
-        let the precision plugin convert it (``64-true`` and ``*-true`` cast floating-point inputs).
-        """
-        from torchplug.utilities.apply import move_to_device
+        """Move every tensor in ``batch`` (lists, tuples, dicts, dataclasses) to the device, then convert it.
 
-        batch = move_to_device(batch, device or self.root_device)
+        The precision plugin converts the batch (``64-true`` and ``*-true`` cast floating-point inputs).
+        """
+        global _move_to_device
+        if _move_to_device is None:  # imported on first use: this module must not import torch
+            from torchplug.utilities import apply
+
+            _move_to_device = apply.move_to_device
+        batch = _move_to_device(batch, device or self.root_device)
         return self.precision.convert_input(batch) if self.precision is not None else batch
 
     # -- steps --------------------------------------------------------------------------------

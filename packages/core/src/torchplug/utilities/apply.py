@@ -40,7 +40,10 @@ def _all_on(data: Any, device: torch.device) -> bool:
     if isinstance(data, torch.Tensor):
         return data.device == device
     if isinstance(data, (list, tuple)):
-        return all(_all_on(item, device) for item in data)
+        for item in data:  # noqa: SIM110  (a plain loop: no generator frame per batch)
+            if not _all_on(item, device):
+                return False
+        return True
     if isinstance(data, Mapping):
         return all(_all_on(value, device) for value in data.values())
     return not (dataclasses.is_dataclass(data) and not isinstance(data, type))

@@ -1,0 +1,196 @@
+"""``EarlyStopping``: stop ``fit`` when a monitored metric stops improving, passes a goal, or diverges."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+
+from torchplug._errors import MisconfigurationError
+from torchplug.callbacks.callback import Callback
+from torchplug.trainer.states import TrainerFn
+from torchplug.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from torchplug.core.module import Module
+    from torchplug.trainer.trainer import Trainer
+
+__all__ = ["EarlyStopping"]
+
+_MODES: Final = ("min", "max")
+
+
+class EarlyStopping(Callback):
+    """Stop training when ``monitor`` has not improved for ``patience`` checks.
+
+    A check runs once per validation (or per training epoch when there is no validation, see
+    ``check_on_train_epoch_end``). Training stops at the first of: no improvement by more than
+    ``min_delta`` in ``patience`` checks in a row; a value past ``stopping_threshold`` (the goal);
+    a value past ``divergence_threshold`` (hopeless); a NaN or infinite value (``check_finite``).
+    ``Trainer(min_epochs=..., min_steps=...)`` still hold: the run stops once they are reached.
+    In multi-process runs every process stops as soon as any of them decides to.
+
+    Example:
+        >>> EarlyStopping(monitor="val_loss", patience=5, min_delta=1e-3)
+        >>> EarlyStopping(monitor="val_acc", mode="max", stopping_threshold=0.99)
+
+    Args:
+        monitor: The logged metric to watch (``self.log("val_loss", ...)``).
+        min_delta: The smallest change that counts as an improvement.
+        patience: Checks without improvement before stopping.
+        mode: ``"min"`` (lower is better) or ``"max"``.
+        strict: Raise when ``monitor`` was not logged (False: warn and skip the check).
+        check_finite: Stop when the value becomes NaN or infinite.
+        stopping_threshold: Stop as soon as the value is better than this.
+        divergence_threshold: Stop as soon as the value is worse than this.
+        check_on_train_epoch_end: Check at the end of the training epoch (True) or after each
+            validation (False). None: at the end of the training epoch when validation runs exactly
+            once per epoch (or not at all), as Lightning decides.
+        verbose: Print the reason of every improvement and of the stop (global rank 0).
+
+    Attributes:
+        wait_count: Checks since the last improvement.
+        stopped_epoch: The epoch in which training was stopped (0 if it was not).
+        best_score: The best value so far (a tensor).
+        stopping_reason: Why training stopped, in words (None until it did).
+    """
+
+    #: Runs after the other callbacks, once the metrics of the epoch are complete.
+    monitors_metrics = True
+
+    def __init__(
+        self,
+        monitor: str,
+        min_delta: float = 0.0,
+        patience: int = 3,
+        mode: str = "min",
+        strict: bool = True,
+        check_finite: bool = True,
+        stopping_threshold: float | None = None,
+        divergence_threshold: float | None = None,
+        check_on_train_epoch_end: bool | None = None,
+        verbose: bool = False,
+    ) -> None:
+        if mode not in _MODES:
+            raise MisconfigurationError(f"EarlyStopping(mode={mode!r}): choose 'min' (lower is better) or 'max'.")
+        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+            raise MisconfigurationError(f"EarlyStopping(patience={patience!r}): give the number of checks to wait.")
+        if min_delta < 0:
+            raise MisconfigurationError(f"EarlyStopping(min_delta={min_delta!r}): give the smallest improvement "
+                                        "that counts, a number >= 0.")
+        self.monitor = monitor
+        self.min_delta = float(min_delta)
+        self.patience = patience
+        self.mode = mode
+        self.strict = strict
+        self.check_finite = check_finite
+        self.stopping_threshold = stopping_threshold
+        self.divergence_threshold = divergence_threshold
+        self.verbose = verbose
+        self._check_on_train_epoch_end = check_on_train_epoch_end
+        self._on_epoch_end = bool(check_on_train_epoch_end)
+        self.wait_count = 0
+        self.stopped_epoch = 0
+        self.best_score = torch.tensor(math.inf if mode == "min" else -math.inf)
+        self.stopping_reason: str | None = None
+
+    # -- identity and state ---------------------------------------------------------------------
+
+    @property
+    def state_key(self) -> str:
+        """Unique per monitored metric and mode, so several EarlyStoppings keep separate state."""
+        return f"{type(self).__qualname__}{ {'monitor': self.monitor, 'mode': self.mode}!r}"
+
+    def state_dict(self) -> dict[str, Any]:
+        """``wait_count``, ``stopped_epoch``, ``best_score`` and ``patience`` (plain data and a tensor)."""
+        return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch, "best_score": self.best_score,
+                "patience": self.patience}
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        self.wait_count = int(state_dict["wait_count"])
+        self.stopped_epoch = int(state_dict["stopped_epoch"])
+        self.best_score = torch.as_tensor(state_dict["best_score"])
+        self.patience = int(state_dict["patience"])
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+        """Decide where the check runs (see ``check_on_train_epoch_end``)."""
+        if self._check_on_train_epoch_end is None:
+            interval = trainer.val_check_interval
+            self._on_epoch_end = (isinstance(interval, float) and interval == 1.0
+                                  and trainer.check_val_every_n_epoch == 1)
+        else:
+            self._on_epoch_end = self._check_on_train_epoch_end
+
+    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+        """Check at the end of the training epoch, when that is where this run checks."""
+        if self._on_epoch_end and not self._skip(trainer):
+            self._check(trainer)
+
+    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+        """Check after each validation inside ``fit``, when that is where this run checks."""
+        if not self._on_epoch_end and not self._skip(trainer):
+            self._check(trainer)
+
+    # -- the check ------------------------------------------------------------------------------
+
+    @staticmethod
+    def _skip(trainer: Trainer) -> bool:
+        return trainer.state.fn is not TrainerFn.FITTING or trainer.sanity_checking or bool(trainer.fast_dev_run)
+
+    def _check(self, trainer: Trainer) -> None:
+        metrics = trainer.callback_metrics
+        value = metrics.get(self.monitor)
+        if value is None:
+            message = (f"EarlyStopping(monitor={self.monitor!r}) found no metric {self.monitor!r}. Logged metrics: "
+                       f"{', '.join(sorted(metrics)) or '(none)'}. Hint: call self.log({self.monitor!r}, value) in "
+                       "your Module, monitor one of those, or pass strict=False to skip checks without it.")
+            if self.strict:
+                raise MisconfigurationError(message)
+            rank_zero_warn(message)
+            return
+        should_stop, reason = self._evaluate(value.detach().float().cpu().squeeze())
+        should_stop = trainer.strategy.reduce_boolean_decision(should_stop, all=False)  # any process stops all
+        if should_stop:
+            trainer.should_stop = True
+            self.stopped_epoch = trainer.current_epoch
+            self.stopping_reason = reason or "Another process decided to stop."
+        if reason and self.verbose and trainer.is_global_zero:
+            print(reason, flush=True)
+
+    def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
+        """Decide on one value; returns (stop, the reason in words or None)."""
+        value = float(current)
+        better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
+        best = float(self.best_score)
+        sign = "<" if self.mode == "min" else ">"
+        if self.check_finite and not math.isfinite(value):
+            return True, (f"Monitored metric {self.monitor} = {value} is not finite. Previous best value was "
+                          f"{best:.4g}. Signaling Trainer to stop.")
+        if self.stopping_threshold is not None and better(value, self.stopping_threshold):
+            return True, (f"Stopping threshold reached: {self.monitor} = {value:.4g} {sign} "
+                          f"{self.stopping_threshold}. Signaling Trainer to stop.")
+        if self.divergence_threshold is not None and better(-value, -self.divergence_threshold):
+            return True, (f"Divergence threshold reached: {self.monitor} = {value:.4g} "
+                          f"{'>' if self.mode == 'min' else '<'} {self.divergence_threshold}. Signaling Trainer "
+                          "to stop.")
+        delta = -self.min_delta if self.mode == "min" else self.min_delta
+        if better(value - delta, best):
+            message = (f"Metric {self.monitor} improved by {abs(best - value):.4g} >= min_delta = {self.min_delta}. "
+                       f"New best score: {value:.4g}" if math.isfinite(best)
+                       else f"Metric {self.monitor} improved. New best score: {value:.4g}")
+            self.best_score = current.clone()
+            self.wait_count = 0
+            return False, message
+        self.wait_count += 1
+        if self.wait_count >= self.patience:
+            return True, (f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
+                          f"Best score: {best:.4g}. Signaling Trainer to stop.")
+        return False, None
+
+    def __repr__(self) -> str:
+        return (f"EarlyStopping(monitor={self.monitor!r}, mode={self.mode!r}, patience={self.patience}, "
+                f"min_delta={self.min_delta})")

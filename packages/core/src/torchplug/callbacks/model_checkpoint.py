@@ -1,0 +1,482 @@
+"""``ModelCheckpoint``: save the run periodically, keep the best ``k`` by a monitored metric, and a ``last.ckpt``.
+
+Every write goes through ``trainer.save_checkpoint`` (so through the strategy and its CheckpointIO
+plugin), every removal through ``trainer.strategy.remove_checkpoint``, and every existence check
+through ``checkpoint_io.exists``: a custom or asynchronous CheckpointIO sees all of it. Before an
+old file is removed, the CheckpointIO is flushed, so a rotation never deletes a checkpoint while a
+write is still pending, and never gives up an old checkpoint before the new one is durable.
+
+Differences from Lightning 2.x, each on purpose:
+
+- In multi-process runs the monitored values and file names are taken from global rank 0 and
+  broadcast, so every process keeps exactly the same bookkeeping (Lightning only agrees on the
+  save decision; the other ranks may record other scores and paths).
+- ``save_top_k=k`` without ``monitor`` keeps the ``k`` most recent checkpoints.
+- ``save_last="link"`` writes a second copy through the CheckpointIO (CheckpointIO has no link
+  operation, and a symlink would bypass it).
+- A monitored metric that can no longer appear (validation ran, or there is none) is an error at
+  the save point instead of a warning followed by never saving.
+- Files outside ``dirpath`` are never removed, for any filesystem (Lightning checks local paths only).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+from typing import TYPE_CHECKING, Any, Final
+
+import torch
+
+from torchplug._errors import MisconfigurationError
+from torchplug.callbacks.callback import Callback
+from torchplug.trainer.states import TrainerFn
+from torchplug.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from torchplug.core.module import Module
+    from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.trainer.trainer import Trainer
+
+__all__ = ["ModelCheckpoint"]
+
+_MODES: Final = ("min", "max")
+_TEMPLATE_KEY = re.compile(r"(\{.*?)[:\}]")
+
+
+class ModelCheckpoint(Callback):
+    """Save checkpoints during ``fit``: every epoch (or every n steps), the best ``k``, and optionally the last.
+
+    Example:
+        >>> checkpoint = ModelCheckpoint(monitor="val_loss", mode="min", save_top_k=3, save_last=True,
+        ...                              filename="{epoch}-{val_loss:.3f}")
+        >>> trainer = Trainer(callbacks=[checkpoint])
+        >>> trainer.fit(model)
+        >>> trainer.test(model, ckpt_path="best")   # the checkpoint with the lowest val_loss
+
+    Args:
+        dirpath: Where to write: a local path or any fsspec URL (``memory://run/ckpts``,
+            ``s3://bucket/run``). Default: ``<trainer.log_dir>/checkpoints``, decided in :meth:`setup`.
+        filename: A template of the file name without ``.ckpt``: ``"{epoch}-{step}"`` (default) gives
+            ``epoch=0-step=100.ckpt``; ``"{epoch}-{val_loss:.2f}"`` gives ``epoch=2-val_loss=0.31.ckpt``.
+            Any logged metric, ``epoch`` and ``step`` can be used; a metric not logged yet reads as 0.
+        monitor: The logged metric that ranks checkpoints (``self.log("val_loss", ...)``). None: no
+            ranking; the ``save_top_k`` most recent checkpoints are kept.
+        mode: ``"min"`` (lower is better, for losses) or ``"max"`` (for accuracies).
+        save_top_k: How many checkpoints to keep: ``k`` best (or most recent without ``monitor``),
+            ``-1`` all of them, ``0`` none (only ``last.ckpt`` when ``save_last``).
+        save_last: True: also write ``last.ckpt`` at every save point, so ``fit(ckpt_path="last")``
+            resumes from the latest state. ``"link"``: the same (written as a copy, see the module doc).
+        every_n_train_steps: Save every this many optimizer steps (instead of every epoch).
+        every_n_epochs: Save every this many epochs (default 1 when ``every_n_train_steps`` is unset).
+        save_weights_only: Write only the model's weights and hyperparameters (fit cannot resume from them).
+        save_on_train_epoch_end: Save at the end of the training epoch (True) or after validation
+            (False). None decides as Lightning does: at the end of the training epoch unless validation
+            runs several times per epoch or not every epoch.
+        auto_insert_metric_name: Write ``{epoch}`` as ``epoch=0`` (False: ``0``; useful for metric
+            names with ``/``, which would otherwise make subdirectories).
+        enable_version_counter: Add ``-v1``, ``-v2``... when a file of the same name exists already.
+        verbose: Print every save decision (global rank 0).
+
+    Attributes:
+        best_model_path: The best checkpoint so far (the latest one without ``monitor``), or ``""``.
+        best_model_score: Its score (a tensor), or None.
+        best_k_models: Path to score of the checkpoints kept by ``monitor``.
+        kth_best_model_path: The worst of the kept checkpoints, the next to be replaced.
+        last_model_path: The path of ``last.ckpt`` (with its version), or ``""``.
+    """
+
+    #: Runs after the other callbacks, once the metrics of the step or epoch are complete.
+    monitors_metrics = True
+
+    CHECKPOINT_JOIN_CHAR: Final = "-"
+    CHECKPOINT_EQUALS_CHAR: Final = "="
+    CHECKPOINT_NAME_LAST: Final = "last"
+    FILE_EXTENSION: Final = ".ckpt"
+    STARTING_VERSION: Final = 1
+
+    def __init__(
+        self,
+        dirpath: str | os.PathLike[str] | None = None,
+        filename: str | None = None,
+        monitor: str | None = None,
+        mode: str = "min",
+        save_top_k: int = 1,
+        save_last: bool | str | None = None,
+        every_n_train_steps: int | None = None,
+        every_n_epochs: int | None = None,
+        save_weights_only: bool = False,
+        save_on_train_epoch_end: bool | None = None,
+        auto_insert_metric_name: bool = True,
+        enable_version_counter: bool = True,
+        verbose: bool = False,
+    ) -> None:
+        _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs)
+        self.monitor = monitor
+        self.mode = mode
+        self.save_top_k = save_top_k
+        self.save_last = save_last
+        self.save_weights_only = save_weights_only
+        self.auto_insert_metric_name = auto_insert_metric_name
+        self.verbose = verbose
+        self._save_on_train_epoch_end = save_on_train_epoch_end
+        self._enable_version_counter = enable_version_counter
+        self._every_n_train_steps = every_n_train_steps or 0
+        self._every_n_epochs = (1 if every_n_train_steps is None else 0) if every_n_epochs is None else every_n_epochs
+        self._user_dirpath = _normalise_dir(dirpath) if dirpath is not None else None
+        self.dirpath: str | None = self._user_dirpath
+        if filename is not None and filename.endswith(self.FILE_EXTENSION):
+            filename = filename[: -len(self.FILE_EXTENSION)]
+        self.filename = filename
+        self._template_keys = _template_keys(filename or "{epoch}-{step}")
+        self.best_model_path = ""
+        self.best_model_score: torch.Tensor | None = None
+        self.current_score: torch.Tensor | None = None
+        self.best_k_models: dict[str, torch.Tensor] = {}
+        self.kth_best_model_path = ""
+        self.kth_value: torch.Tensor | None = None
+        self.last_model_path = ""
+        self._recent_paths: list[str] = []  # without monitor: the kept checkpoints, oldest first
+        self._last_global_step_saved = 0  # nothing to save before the first optimizer step
+        self._last_checkpoint_saved = ""
+        self._validated = False
+        self._warned_missing = False
+        self._logged_names: list[str] = []
+
+    # -- identity and state ---------------------------------------------------------------------
+
+    @property
+    def state_key(self) -> str:
+        """Unique per configuration, so several ModelCheckpoints keep separate state in a checkpoint."""
+        settings = {"monitor": self.monitor, "mode": self.mode, "every_n_train_steps": self._every_n_train_steps,
+                    "every_n_epochs": self._every_n_epochs}
+        return f"{type(self).__qualname__}{settings!r}"
+
+    def state_dict(self) -> dict[str, Any]:
+        """The bookkeeping (paths, scores), as plain data and tensors: safe for ``weights_only`` loading."""
+        return {
+            "monitor": self.monitor,
+            "best_model_score": self.best_model_score,
+            "best_model_path": self.best_model_path,
+            "current_score": self.current_score,
+            "dirpath": self.dirpath,
+            "best_k_models": dict(self.best_k_models),
+            "kth_best_model_path": self.kth_best_model_path,
+            "kth_value": self.kth_value,
+            "last_model_path": self.last_model_path,
+            "recent_model_paths": list(self._recent_paths),
+        }
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Restore the bookkeeping when the checkpoint was written to the same ``dirpath``.
+
+        From another directory only ``best_model_path`` is restored (with a warning): the files
+        listed there are not this run's to rotate. A callback that has not decided its directory
+        yet (no ``dirpath`` given and :meth:`setup` not run in this process) takes the saved
+        directory with the rest: this is how the caller of ``ddp_spawn``/``ddp_fork`` workers gets
+        back the state of the copy that ran in rank 0.
+        """
+        saved_dir = state_dict.get("dirpath", self.dirpath)
+        if self.dirpath is None:
+            # Nothing was decided here, so nothing can conflict: the saved state is this callback's own.
+            self.dirpath = saved_dir
+        if saved_dir == self.dirpath:
+            self.best_model_score = state_dict.get("best_model_score")
+            self.current_score = state_dict.get("current_score")
+            self.best_k_models = dict(state_dict.get("best_k_models", {}))
+            self.kth_best_model_path = state_dict.get("kth_best_model_path", "")
+            self.kth_value = state_dict.get("kth_value")
+            self.last_model_path = state_dict.get("last_model_path", "")
+            self._recent_paths = list(state_dict.get("recent_model_paths", []))
+        else:
+            rank_zero_warn(f"ModelCheckpoint: the checkpoint was written to {saved_dir!r}, this run writes to "
+                           f"{self.dirpath!r}; only best_model_path is restored, the top-k and last checkpoints "
+                           "there are left alone.")
+        self.best_model_path = state_dict.get("best_model_path", "")
+
+    # -- hooks ------------------------------------------------------------------------------------
+
+    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+        """Decide ``dirpath`` (``<trainer.log_dir>/checkpoints`` unless given); every process gets rank 0's."""
+        if self.dirpath is None:
+            default = _normalise_dir(f"{trainer.log_dir.rstrip('/')}/checkpoints") if trainer.is_global_zero else None
+            self.dirpath = trainer.strategy.broadcast(default)
+        if stage == "fit":
+            self._validated = False
+
+    def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Save every ``every_n_train_steps`` optimizer steps (returns at once when that is not set)."""
+        every = self._every_n_train_steps
+        if not every:
+            return
+        step = trainer.global_step
+        if step % every or step == self._last_global_step_saved or self._skip(trainer):
+            return
+        candidates = self._candidates(trainer)
+        self._save_topk(trainer, candidates, at_epoch_end=False)
+        self._save_last(trainer, candidates)
+
+    def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
+        """Save at the end of the training epoch, when that is where this run saves."""
+        if not self._skip(trainer) and self._saves_on_train_epoch_end(trainer):
+            self._save_at_epoch_end(trainer)
+
+    def on_validation_end(self, trainer: Trainer, module: Module) -> None:
+        """Save after a validation inside ``fit``, when that is where this run saves."""
+        if trainer.state.fn is TrainerFn.FITTING and not trainer.sanity_checking:
+            self._validated = True
+        if not self._skip(trainer) and not self._saves_on_train_epoch_end(trainer):
+            self._save_at_epoch_end(trainer)
+
+    # -- when -------------------------------------------------------------------------------------
+
+    def _skip(self, trainer: Trainer) -> bool:
+        return (bool(trainer.fast_dev_run) or trainer.state.fn is not TrainerFn.FITTING or trainer.sanity_checking
+                or self._last_global_step_saved == trainer.global_step)
+
+    def _saves_on_train_epoch_end(self, trainer: Trainer) -> bool:
+        if self._save_on_train_epoch_end is not None:
+            return self._save_on_train_epoch_end
+        if trainer.check_val_every_n_epoch != 1:
+            return False  # validation does not run every epoch: save when it does
+        if not sum(trainer.num_val_batches):
+            return True  # no validation
+        interval = trainer.val_check_interval
+        return isinstance(interval, float) and interval == 1.0  # validation only at the end of the epoch
+
+    def _save_at_epoch_end(self, trainer: Trainer) -> None:
+        candidates = self._candidates(trainer)
+        every = self._every_n_epochs
+        if every >= 1 and (trainer.current_epoch + 1) % every == 0:
+            self._save_topk(trainer, candidates, at_epoch_end=True)
+        self._save_last(trainer, candidates)
+
+    # -- what -------------------------------------------------------------------------------------
+
+    def _candidates(self, trainer: Trainer) -> dict[str, Any]:
+        """The values for the monitor and the file name, from global rank 0 (the same on every process)."""
+        shared: tuple[dict[str, Any], list[str]] | None = None
+        if trainer.is_global_zero or trainer.world_size == 1:
+            metrics = trainer.callback_metrics
+            wanted = set(self._template_keys)
+            if self.monitor is not None:
+                wanted.add(self.monitor)
+            candidates = {key: metrics[key].detach().cpu() for key in wanted if key in metrics}
+            epoch, step = candidates.get("epoch"), candidates.get("step")
+            candidates["epoch"] = epoch.int() if epoch is not None else torch.tensor(trainer.current_epoch)
+            candidates["step"] = step.int() if step is not None else torch.tensor(trainer.global_step)
+            shared = (candidates, sorted(metrics))
+        if trainer.world_size > 1:
+            shared = trainer.strategy.broadcast(shared)
+        assert shared is not None
+        candidates, self._logged_names = shared
+        return candidates
+
+    def _save_topk(self, trainer: Trainer, candidates: dict[str, Any], at_epoch_end: bool) -> None:
+        if self.save_top_k == 0:
+            return
+        if self.monitor is None:
+            self._save_recent(trainer, candidates)
+            return
+        current = candidates.get(self.monitor)
+        if current is None:
+            self._missing_monitor(trainer, candidates, at_epoch_end)
+            return
+        score = float(current)
+        if math.isnan(score):
+            score = math.inf if self.mode == "min" else -math.inf
+        if self._in_top_k(score):
+            self._update_best_and_save(trainer, torch.tensor(score), candidates)
+        elif self.verbose:
+            self._say(trainer, f"Epoch {int(candidates['epoch'])}, global step {int(candidates['step'])}: "
+                               f"{self.monitor!r} ({score:.5g}) was not in the top {self.save_top_k}.")
+
+    def _missing_monitor(self, trainer: Trainer, candidates: dict[str, Any], at_epoch_end: bool) -> None:
+        logged = ", ".join(self._logged_names) or "(none)"
+        message = (f"ModelCheckpoint(monitor={self.monitor!r}) found no metric {self.monitor!r}. Logged metrics: "
+                   f"{logged}. Hint: call self.log({self.monitor!r}, value) in your Module, or monitor one of those.")
+        never_coming = self._validated or (at_epoch_end and not sum(trainer.num_val_batches))
+        if never_coming:
+            raise MisconfigurationError(message)
+        if not self._warned_missing:
+            self._warned_missing = True
+            rank_zero_warn(message + " (Skipping the top-k save until it is logged.)")
+
+    def _in_top_k(self, score: float) -> bool:
+        if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
+            return True
+        kth = float(self.best_k_models[self.kth_best_model_path])
+        return score < kth if self.mode == "min" else score > kth
+
+    def _update_best_and_save(self, trainer: Trainer, current: torch.Tensor, candidates: dict[str, Any]) -> None:
+        k = len(self.best_k_models) + 1 if self.save_top_k == -1 else self.save_top_k
+        replaced = ""
+        if len(self.best_k_models) == k:
+            replaced = self.kth_best_model_path
+            self.best_k_models.pop(replaced)
+        path = self._unique_path(trainer, candidates, reusable=replaced)
+        self.current_score = current
+        self.best_k_models[path] = current
+        worst, best = (max, min) if self.mode == "min" else (min, max)
+        if len(self.best_k_models) == k:
+            self.kth_best_model_path = worst(self.best_k_models, key=lambda p: float(self.best_k_models[p]))
+            self.kth_value = self.best_k_models[self.kth_best_model_path]
+        self.best_model_path = best(self.best_k_models, key=lambda p: float(self.best_k_models[p]))
+        self.best_model_score = self.best_k_models[self.best_model_path]
+        if self.verbose:
+            self._say(trainer, f"Epoch {int(candidates['epoch'])}, global step {int(candidates['step'])}: "
+                               f"{self.monitor!r} reached {float(current):.5g} (best "
+                               f"{float(self.best_model_score):.5g}), saving model to {path!r} as top {k}.")
+        self._write(trainer, path)
+        if replaced and replaced != path:
+            self._remove(trainer, replaced)
+
+    def _save_recent(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
+        """Without ``monitor``: write a new checkpoint and keep the ``save_top_k`` most recent."""
+        k = self.save_top_k
+        oldest = self._recent_paths[0] if 0 < k <= len(self._recent_paths) else ""
+        path = self._unique_path(trainer, candidates, reusable=oldest)
+        self.best_model_path = path
+        if k > 0:
+            self._recent_paths = [p for p in self._recent_paths if p not in (path, oldest)] + [path]
+        self._write(trainer, path)
+        if oldest and oldest != path:
+            self._remove(trainer, oldest)
+
+    def _save_last(self, trainer: Trainer, candidates: dict[str, Any]) -> None:
+        if not self.save_last:
+            return
+        previous = self.last_model_path
+        path = self._unique_path(trainer, candidates, reusable=previous, filename=self.CHECKPOINT_NAME_LAST)
+        self.last_model_path = path
+        self._write(trainer, path)
+        if previous and previous != path:
+            self._remove(trainer, previous)
+
+    # -- names ------------------------------------------------------------------------------------
+
+    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
+                               ver: int | None = None) -> str:
+        """The path for ``metrics`` (name to value): the template filled in, ``-v<ver>``, ``.ckpt``, in ``dirpath``.
+
+        Example:
+            >>> ModelCheckpoint(dirpath="ckpts", filename="{epoch}-{val_loss:.2f}").format_checkpoint_name(
+            ...     {"epoch": 3, "val_loss": 0.123})
+            'ckpts/epoch=3-val_loss=0.12.ckpt'
+        """
+        name = _fill_template(filename or self.filename or "{epoch}-{step}", dict(metrics),
+                              self.auto_insert_metric_name)
+        if ver is not None:
+            name = f"{name}{self.CHECKPOINT_JOIN_CHAR}v{ver}"
+        name += self.FILE_EXTENSION
+        return f"{self.dirpath.rstrip('/')}/{name}" if self.dirpath else name
+
+    def _unique_path(self, trainer: Trainer, candidates: dict[str, Any], reusable: str,
+                     filename: str | None = None) -> str:
+        """Rank 0 picks a free name (``-v1``... when taken, unless it is ``reusable``); every rank gets it."""
+        path: str | None = None
+        if trainer.is_global_zero or trainer.world_size == 1:
+            path = self.format_checkpoint_name(candidates, filename)
+            if self._enable_version_counter:
+                version = self.STARTING_VERSION
+                while path != reusable and self._taken(trainer, path):
+                    path = self.format_checkpoint_name(candidates, filename, ver=version)
+                    version += 1
+        if trainer.world_size > 1:
+            path = trainer.strategy.broadcast(path)
+        assert path is not None
+        return path
+
+    def _taken(self, trainer: Trainer, path: str) -> bool:
+        # Our own names count as taken even while an asynchronous write has not created the file yet.
+        if path in self.best_k_models or path in self._recent_paths or path == self.last_model_path:
+            return True
+        return bool(trainer.strategy.checkpoint_io.exists(path))
+
+    # -- IO ---------------------------------------------------------------------------------------
+
+    def _write(self, trainer: Trainer, path: str) -> None:
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        self._last_global_step_saved = trainer.global_step
+        self._last_checkpoint_saved = path
+
+    def _remove(self, trainer: Trainer, path: str) -> None:
+        """Delete an old checkpoint of ours, once every pending write is complete (async IO)."""
+        if not self._owns(trainer, path):
+            return
+        trainer.strategy.checkpoint_io.flush()
+        trainer.strategy.remove_checkpoint(path)
+
+    def _owns(self, trainer: Trainer, path: str) -> bool:
+        if self.dirpath is None or not path.startswith(self.dirpath.rstrip("/") + "/"):
+            return False  # only files in our directory
+        resumed = getattr(trainer, "ckpt_path", None)
+        return not (resumed and _normalise_dir(str(resumed)) == path)  # never the checkpoint we resumed from
+
+    def find_last_checkpoint(self, checkpoint_io: CheckpointIO) -> str | None:
+        """The checkpoint ``fit(ckpt_path="last")`` resumes from.
+
+        Returns:
+            :attr:`last_model_path` if that file exists, else ``<dirpath>/last.ckpt`` if it exists, else None.
+        """
+        if self.last_model_path and checkpoint_io.exists(self.last_model_path):
+            return self.last_model_path
+        if self.dirpath is not None:
+            path = f"{self.dirpath.rstrip('/')}/{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+            if checkpoint_io.exists(path):
+                return path
+        return None
+
+    def _say(self, trainer: Trainer, message: str) -> None:
+        if trainer.is_global_zero:
+            print(message, flush=True)
+
+    def __repr__(self) -> str:
+        return (f"ModelCheckpoint(dirpath={self.dirpath!r}, monitor={self.monitor!r}, mode={self.mode!r}, "
+                f"save_top_k={self.save_top_k}, save_last={self.save_last!r})")
+
+
+def _check_arguments(mode: str, save_top_k: int, save_last: Any, every_n_train_steps: int | None,
+                     every_n_epochs: int | None) -> None:
+    if mode not in _MODES:
+        raise MisconfigurationError(f"ModelCheckpoint(mode={mode!r}): choose 'min' (lower is better, for losses) "
+                                    "or 'max' (for accuracies).")
+    if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
+        raise MisconfigurationError(f"ModelCheckpoint(save_top_k={save_top_k!r}): give -1 (keep all), 0 (none) "
+                                    "or the number of checkpoints to keep.")
+    if save_last not in (None, True, False, "link"):
+        raise MisconfigurationError(f"ModelCheckpoint(save_last={save_last!r}): choose None, True, False or 'link'.")
+    for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
+        if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+            raise MisconfigurationError(f"ModelCheckpoint({name}={value!r}): give a positive int, or 0/None.")
+    if every_n_train_steps and every_n_epochs:
+        raise MisconfigurationError(
+            f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs={every_n_epochs}): set only "
+            "one of them. Hint: use two ModelCheckpoint callbacks to save on both schedules.")
+
+
+def _normalise_dir(path: str | os.PathLike[str]) -> str:
+    """Local paths become absolute (``~`` expanded); URLs (``memory://``, ``s3://``) are kept as given."""
+    text = os.fspath(path)
+    if "://" in text:
+        if text.startswith("file://"):
+            return "file://" + os.path.realpath(os.path.expanduser(text[len("file://"):]))
+        return text.rstrip("/")
+    return os.path.realpath(os.path.expanduser(text))
+
+
+def _template_keys(template: str) -> list[str]:
+    return [group[1:] for group in _TEMPLATE_KEY.findall(template)]
+
+
+def _fill_template(template: str, metrics: dict[str, Any], auto_insert_metric_name: bool) -> str:
+    """Lightning's rules: ``{name}`` becomes ``name=<value>`` (or ``<value>``); missing metrics read 0."""
+    groups = sorted(_TEMPLATE_KEY.findall(template), key=len, reverse=True)  # "epoch_x" before "epoch"
+    for group in groups:
+        name = group[1:]
+        if auto_insert_metric_name:
+            template = template.replace(group, name + ModelCheckpoint.CHECKPOINT_EQUALS_CHAR + "{" + name)
+        template = template.replace(group, f"{{0[{name}]")  # names with dots are looked up whole
+        if name not in metrics:
+            metrics[name] = torch.tensor(0)
+    return template.format(metrics)

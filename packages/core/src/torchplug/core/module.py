@@ -1,0 +1,354 @@
+"""``torchplug.Module``: a ``torch.nn.Module`` that knows how to train, validate, test and predict."""
+
+from __future__ import annotations
+
+import inspect
+import warnings
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchplug.core.hparams import AttributeDict, collect_init_args, split_unsafe
+
+if TYPE_CHECKING:
+    from torchplug.trainer.trainer import Trainer
+
+__all__ = ["Module"]
+
+
+class Module(torch.nn.Module):
+    """Your model, its steps, and its optimizers, in one class.
+
+    Implement ``training_step`` and ``configure_optimizers``; add ``validation_step``,
+    ``test_step`` and ``predict_step`` as needed. Every ``on_*`` hook is optional.
+
+    Example:
+        >>> class Classifier(torchplug.Module):
+        ...     def __init__(self, lr=0.1):
+        ...         super().__init__()
+        ...         self.save_hyperparameters()
+        ...         self.net = torch.nn.Linear(64, 10)
+        ...     def training_step(self, batch, batch_idx):
+        ...         x, y = batch
+        ...         loss = torch.nn.functional.cross_entropy(self.net(x), y)
+        ...         self.log("train_loss", loss, prog_bar=True)
+        ...         return loss
+        ...     def configure_optimizers(self):
+        ...         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._trainer: Trainer | None = None
+        self._hparams = AttributeDict()
+        self._log_warned = False
+        #: Set to False to step the optimizers yourself in ``training_step`` (see :meth:`manual_backward`).
+        self.automatic_optimization = True
+
+    # -- the steps: override these ------------------------------------------------------------
+
+    def training_step(self, batch: Any, batch_idx: int) -> Any:
+        """Compute and return the loss of one training batch (a tensor, or a dict with ``"loss"``).
+
+        Return None to skip this batch's optimizer step.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement training_step(batch, batch_idx) to be fit.")
+
+    def validation_step(self, batch: Any, batch_idx: int) -> Any:
+        """Evaluate one validation batch; log metrics with :meth:`log` (averaged over the epoch)."""
+
+    def test_step(self, batch: Any, batch_idx: int) -> Any:
+        """Evaluate one test batch; log metrics with :meth:`log`."""
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        """Return the prediction for one batch. Default: ``self(batch)``."""
+        return self(batch)
+
+    def configure_optimizers(self) -> Any:
+        """Return the optimizer(s) and learning-rate scheduler(s).
+
+        Accepted forms: an optimizer; a list of optimizers; ``([optimizers], [schedulers])``; a dict
+        ``{"optimizer": opt, "lr_scheduler": sched}`` or ``{"optimizer": opt, "lr_scheduler":
+        {"scheduler": sched, "interval": "step"|"epoch", "frequency": 1, "monitor": "val_loss"}}``;
+        or a list of such dicts.
+        """
+        raise NotImplementedError(f"{type(self).__name__} must implement configure_optimizers() to be fit.")
+
+    def configure_callbacks(self) -> Any:
+        """Callbacks this model always needs; they are added to (and replace same-type) Trainer callbacks."""
+        return []
+
+    # -- the trainer it is attached to ----------------------------------------------------------
+
+    @property
+    def trainer(self) -> Trainer:
+        """The Trainer running this module (an error outside ``fit``/``validate``/``test``/``predict``)."""
+        if self._trainer is None:
+            raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call trainer.fit(model) first.")
+        return self._trainer
+
+    @property
+    def device(self) -> torch.device:
+        """The device the parameters live on."""
+        if self._trainer is not None:
+            return self._trainer.strategy.root_device
+        for param in self.parameters():
+            return param.device
+        return torch.device("cpu")
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken so far (0 outside fit)."""
+        return self._trainer.global_step if self._trainer is not None else 0
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch in progress (0 outside fit)."""
+        return self._trainer.current_epoch if self._trainer is not None else 0
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes."""
+        return self._trainer.global_rank if self._trainer is not None else 0
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node."""
+        return self._trainer.local_rank if self._trainer is not None else 0
+
+    @property
+    def logger(self) -> Any:
+        """The Trainer's first logger, or None."""
+        return self._trainer.logger if self._trainer is not None else None
+
+    # -- logging ----------------------------------------------------------------------------------
+
+    def log(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool = False,
+        logger: bool = True,
+        on_step: bool | None = None,
+        on_epoch: bool | None = None,
+        reduce_fx: str = "mean",
+        sync_dist: bool = False,
+        batch_size: int | None = None,
+    ) -> None:
+        """Record a metric: for the loggers, the progress bar, and callbacks such as ModelCheckpoint.
+
+        Args:
+            name: The metric's name (``"val_acc"``).
+            value: A number or a one-element tensor.
+            prog_bar: Show it in the progress bar.
+            logger: Send it to the loggers.
+            on_step: Record the value of every step. Default: True in ``training_step``, else False.
+            on_epoch: Record the epoch's aggregate. Default: False in ``training_step``, else True.
+                With both, the loggers get ``name_step`` and ``name_epoch``.
+            reduce_fx: How the epoch aggregate is formed: ``"mean"`` (weighted by batch size),
+                ``"sum"``, ``"max"`` or ``"min"``.
+            sync_dist: Reduce the value over all processes (per step, or at epoch end for the aggregate).
+            batch_size: The weight of this value in the epoch mean; inferred from the batch when None.
+        """
+        trainer = self._trainer
+        if trainer is None or trainer._results is None:
+            if not self._log_warned:
+                self._log_warned = True
+                warnings.warn(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; "
+                              "the value is ignored.", stacklevel=2)
+            return
+        trainer._results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
+
+    def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
+        """Call :meth:`log` for each item of ``metrics`` with the same options."""
+        for name, value in metrics.items():
+            self.log(name, value, **kwargs)
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only."""
+        if self.global_rank == 0:
+            print(*args, **kwargs)
+
+    # -- hyperparameters --------------------------------------------------------------------------
+
+    def save_hyperparameters(self, *args: Any, ignore: Iterable[str] | str = (), logger: bool = True) -> None:
+        """Store the ``__init__`` arguments in :attr:`hparams`, the checkpoints, and the loggers.
+
+        Call it inside ``__init__``. ``save_hyperparameters()`` keeps every argument;
+        ``save_hyperparameters("lr", "hidden")`` only those; a dict is taken as it is.
+        Values that are not plain data (a module, a dataset) are left out of checkpoints with a
+        warning: list them in ``ignore`` and pass them again to :meth:`load_from_checkpoint`.
+        """
+        frame = inspect.currentframe()
+        assert frame is not None and frame.f_back is not None
+        ignored = (ignore,) if isinstance(ignore, str) else tuple(ignore)
+        values = collect_init_args(frame.f_back, self, args, ignored)
+        self._hparams = AttributeDict(values)
+        self._hparams_for_checkpoint = split_unsafe(values, type(self).__name__)
+        self._log_hyperparams = logger
+
+    @property
+    def hparams(self) -> AttributeDict:
+        """The hyperparameters saved with :meth:`save_hyperparameters` (attribute or key access)."""
+        return self._hparams
+
+    @classmethod
+    def load_from_checkpoint(
+        cls,
+        checkpoint_path: str,
+        map_location: Any = None,
+        strict: bool = True,
+        weights_only: bool = True,
+        **kwargs: Any,
+    ) -> Module:
+        """Build the module from a checkpoint's hyperparameters (updated by ``kwargs``) and load its weights.
+
+        Args:
+            checkpoint_path: A local path or fsspec URL.
+            map_location: Where to put the tensors (as in ``torch.load``); default: the CPU.
+            strict: Require the checkpoint's keys to match the module's exactly.
+            weights_only: Refuse anything but tensors and plain data (pass False only for files you trust).
+            **kwargs: Init arguments that replace the saved ones, or that were not saved.
+        """
+        from torchplug.io.torch_io import TorchCheckpointIO
+
+        checkpoint = TorchCheckpointIO().load_checkpoint(checkpoint_path, map_location=map_location or "cpu",
+                                                         weights_only=weights_only)
+        module = cls(**{**checkpoint.get("hyper_parameters", {}), **kwargs})
+        module.load_state_dict(checkpoint["state_dict"], strict=strict)
+        module.on_load_checkpoint(checkpoint)
+        return module
+
+    # -- helpers for steps --------------------------------------------------------------------
+
+    def optimizers(self) -> Any:
+        """The optimizer(s) from :meth:`configure_optimizers`; one optimizer when there is only one.
+
+        With ``automatic_optimization = False`` their ``step()`` goes through the strategy and
+        precision plugins (loss scaling included).
+        """
+        optimizers = self.trainer._manual_optimizers()
+        return optimizers[0] if len(optimizers) == 1 else optimizers
+
+    def lr_schedulers(self) -> Any:
+        """The scheduler(s) from :meth:`configure_optimizers`; one when there is only one, None when none."""
+        schedulers = [config.scheduler for config in self.trainer.lr_scheduler_configs]
+        if not schedulers:
+            return None
+        return schedulers[0] if len(schedulers) == 1 else schedulers
+
+    def manual_backward(self, loss: torch.Tensor) -> None:
+        """Backward for manual optimization: goes through the precision plugin (loss scaling) and strategy."""
+        self.trainer.strategy.backward(loss, None)
+
+    def all_gather(self, data: Any, sync_grads: bool = False) -> Any:
+        """Gather tensors in ``data`` from every process: each gains a leading dimension of world size."""
+        from torchplug.utilities.apply import apply_to_tensors
+
+        strategy = self.trainer.strategy
+        return apply_to_tensors(data, lambda t: strategy.all_gather(t, sync_grads=sync_grads))
+
+    # -- hooks: override any of them --------------------------------------------------------------
+
+    def setup(self, stage: str) -> None:
+        """Called at the start of fit, validate, test or predict in every process (``stage``: ``"fit"``...)."""
+
+    def teardown(self, stage: str) -> None:
+        """Called at the end of fit, validate, test or predict in every process."""
+
+    def on_fit_start(self) -> None:
+        """Called when fit starts, after setup and checkpoint restore."""
+
+    def on_fit_end(self) -> None:
+        """Called when fit ends."""
+
+    def on_train_start(self) -> None:
+        """Called before the first training epoch."""
+
+    def on_train_end(self) -> None:
+        """Called after the last training epoch."""
+
+    def on_train_epoch_start(self) -> None:
+        """Called at the start of every training epoch."""
+
+    def on_train_epoch_end(self) -> None:
+        """Called at the end of every training epoch (log epoch-level metrics here)."""
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any:
+        """Called before each training batch. Return -1 to end the epoch now."""
+
+    def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Called after each training batch (after the optimizer step, when one was due)."""
+
+    def on_validation_start(self) -> None:
+        """Called when a validation run starts."""
+
+    def on_validation_end(self) -> None:
+        """Called when a validation run ends."""
+
+    def on_validation_epoch_start(self) -> None:
+        """Called at the start of a validation epoch."""
+
+    def on_validation_epoch_end(self) -> None:
+        """Called at the end of a validation epoch (log aggregate metrics here)."""
+
+    def on_validation_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Called before each validation batch."""
+
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Called after each validation batch."""
+
+    def on_test_start(self) -> None:
+        """Called when a test run starts."""
+
+    def on_test_end(self) -> None:
+        """Called when a test run ends."""
+
+    def on_test_epoch_start(self) -> None:
+        """Called at the start of the test epoch."""
+
+    def on_test_epoch_end(self) -> None:
+        """Called at the end of the test epoch."""
+
+    def on_test_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Called before each test batch."""
+
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Called after each test batch."""
+
+    def on_predict_start(self) -> None:
+        """Called when a predict run starts."""
+
+    def on_predict_end(self) -> None:
+        """Called when a predict run ends."""
+
+    def on_predict_epoch_start(self) -> None:
+        """Called at the start of the predict epoch."""
+
+    def on_predict_epoch_end(self) -> None:
+        """Called at the end of the predict epoch."""
+
+    def on_predict_batch_start(self, batch: Any, batch_idx: int) -> None:
+        """Called before each predict batch."""
+
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+        """Called after each predict batch."""
+
+    def on_before_backward(self, loss: torch.Tensor) -> None:
+        """Called before ``loss.backward()``."""
+
+    def on_after_backward(self) -> None:
+        """Called after backward, before the optimizer step (gradients are available, still scaled)."""
+
+    def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called before each optimizer step, after gradient clipping."""
+
+    def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
+        """Called before the gradients are reset."""
+
+    def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Add your own entries to a checkpoint being written (plain data and tensors only)."""
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Read your own entries back from a checkpoint being restored."""

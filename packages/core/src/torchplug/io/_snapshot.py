@@ -1,0 +1,185 @@
+"""The snapshot of the ``async`` checkpoint IO: every tensor copied into reused staging buffers.
+
+A :class:`Slot` owns one set of staging buffers; :func:`take_snapshot` copies a checkpoint's storages
+into them (each storage once, so tied weights and views stay shared) and rebuilds the checkpoint's
+structure around the copies. Split from :mod:`torchplug.io.async_io`, which schedules the writes.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import torch
+
+__all__ = ["Slot", "StorageKey", "take_snapshot"]
+
+log = logging.getLogger(__name__)
+
+_MISSING: Final = object()
+#: Leaves that are immutable: the snapshot shares them instead of copying them.
+_ATOMIC: Final = frozenset({int, float, complex, bool, str, bytes, type(None), torch.dtype, torch.device})
+
+StorageKey = tuple[torch.device, int]  # (device, data pointer) of one storage
+BufferPool = dict[tuple[torch.device, int], list[torch.Tensor]]  # (source device, bytes) -> staging buffers
+
+
+class Slot:
+    """Staging buffers of one snapshot, kept after its write for the next save to reuse."""
+
+    __slots__ = ("pool",)
+
+    def __init__(self) -> None:
+        self.pool: BufferPool = {}
+
+    def stage(self, sources: dict[StorageKey, torch.Tensor]) -> dict[StorageKey, torch.Tensor]:
+        """Copy each source (a byte view of one storage) into a host buffer of the same size."""
+        old, self.pool = self.pool, {}
+        staged: dict[StorageKey, torch.Tensor] = {}
+        for key, source in sources.items():
+            bucket = old.get((source.device, source.numel()))
+            if bucket:
+                staged[key] = bucket.pop()
+        old.clear()  # buffers the new checkpoint does not need go before new ones are allocated
+        for key, source in sources.items():
+            buffer = staged.get(key)
+            if buffer is None:
+                buffer = staged[key] = _staging_buffer(source)
+            # on the CPU: parallel over torch's intra-op threads; from an accelerator: queued on its stream
+            buffer.copy_(source, non_blocking=not source.is_cpu)
+            self.pool.setdefault((source.device, source.numel()), []).append(buffer)
+        return staged
+
+
+def _staging_buffer(source: torch.Tensor) -> torch.Tensor:
+    """Host memory for a copy of ``source``: pinned when it comes from an accelerator (if pinning works)."""
+    if source.is_cpu:  # host memory already: no pinning needed
+        return torch.empty_like(source)
+    try:
+        return torch.empty(source.numel(), dtype=torch.uint8, pin_memory=True)
+    except RuntimeError:  # no pinned memory here: a slower, synchronous copy into pageable memory
+        return torch.empty(source.numel(), dtype=torch.uint8)
+
+
+def take_snapshot(checkpoint: dict[str, Any], slot: Slot) -> tuple[dict[str, Any], list[torch.Event]]:
+    """Copy ``checkpoint``: containers rebuilt, tensors staged in ``slot``, other mutable leaves deep-copied."""
+    with torch.no_grad():
+        sources: dict[StorageKey, torch.Tensor] = {}
+        _collect_storages(checkpoint, sources, set())
+        rebuild = _Rebuild(slot.stage(sources))
+        snapshot = rebuild(checkpoint)
+    # Copies from (and clones on) an accelerator are queued on the caller's stream: the writer waits for them.
+    devices = {source.device for source in sources.values()} | rebuild.devices
+    events = [_record_event(device) for device in devices if device.type not in ("cpu", "meta")]
+    return snapshot, [event for event in events if event is not None]
+
+
+def _stageable(tensor: torch.Tensor) -> bool:
+    """Plain dense tensors are staged by storage; anything exotic is deep-copied instead."""
+    return (
+        type(tensor) in (torch.Tensor, torch.nn.Parameter)
+        and tensor.layout == torch.strided
+        and not (tensor.is_quantized or tensor.is_nested or tensor.is_neg())
+        and tensor.device.type in _staged_device_types()
+        and tensor.untyped_storage().nbytes() > 0
+    )
+
+
+@functools.cache
+def _staged_device_types() -> frozenset[str]:
+    """The CPU and torch's current accelerator (CUDA, XPU, MPS...): raw storages there can be copied."""
+    accelerator = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+    return frozenset({"cpu"} | ({accelerator.type} if accelerator is not None else set()))
+
+
+def _record_event(device: torch.device) -> torch.Event | None:
+    """An event the writer waits on for the copies queued on ``device``; else wait for them here."""
+    try:
+        event = torch.Event(device=device)
+        event.record()
+        return event
+    except (RuntimeError, ValueError, TypeError, AttributeError):  # a backend without generic events
+        module = getattr(torch, device.type, None)
+        if module is not None and hasattr(module, "synchronize"):
+            module.synchronize()
+        return None
+
+
+def _storage_key(storage: torch.UntypedStorage) -> StorageKey:
+    return storage.device, storage.data_ptr()
+
+
+def _collect_storages(obj: Any, sources: dict[StorageKey, torch.Tensor], seen: set[int]) -> None:
+    """Find the distinct storages of the stageable tensors in dicts, lists and tuples."""
+    if isinstance(obj, torch.Tensor):
+        if _stageable(obj):
+            storage = obj.untyped_storage()
+            key = _storage_key(storage)
+            if key not in sources:
+                sources[key] = torch.empty(0, dtype=torch.uint8, device=storage.device).set_(storage)
+    elif isinstance(obj, (dict, list, tuple)) and id(obj) not in seen:
+        seen.add(id(obj))
+        for value in obj.values() if isinstance(obj, dict) else obj:
+            _collect_storages(value, sources, seen)
+
+
+@dataclass
+class _Rebuild:
+    """Rebuild a checkpoint over the staged buffers; shared objects stay shared (one memo, as deepcopy)."""
+
+    staged: dict[StorageKey, torch.Tensor]
+    memo: dict[int, Any] = field(default_factory=dict)
+    devices: set[torch.device] = field(default_factory=set)
+
+    def __call__(self, obj: Any) -> Any:
+        if type(obj) in _ATOMIC:
+            return obj
+        done = self.memo.get(id(obj), _MISSING)
+        if done is not _MISSING:
+            return done
+        new: Any
+        if isinstance(obj, torch.Tensor):
+            new = self._tensor(obj)
+            self.devices.add(new.device)
+        elif isinstance(obj, dict):  # state dicts are OrderedDicts with a ``_metadata`` attribute
+            new = self.memo[id(obj)] = {} if type(obj) is dict else copy.copy(obj)
+            new.update((key, self(value)) for key, value in obj.items())
+        elif type(obj) is list:
+            new = self.memo[id(obj)] = []
+            new.extend(self(value) for value in obj)
+        elif type(obj) is tuple or (isinstance(obj, tuple) and hasattr(obj, "_fields")):
+            items = [self(value) for value in obj]
+            new = tuple(items) if type(obj) is tuple else type(obj)(*items)
+        else:  # dataclasses, Namespace, numpy arrays...: deepcopied, sharing the tensors copied above
+            new = _deepcopy_or_share(obj, self.memo)
+        self.memo[id(obj)] = new
+        return new
+
+    def _tensor(self, tensor: torch.Tensor) -> torch.Tensor:
+        if not _stageable(tensor):
+            try:
+                return copy.deepcopy(tensor, self.memo)  # type: ignore[no-any-return]
+            except RuntimeError:  # a non-leaf tensor
+                return tensor.detach().clone()
+        buffer = self.staged[_storage_key(tensor.untyped_storage())]
+        new = torch.empty(0, dtype=tensor.dtype, device=buffer.device)
+        new.set_(buffer.untyped_storage(), tensor.storage_offset(), tensor.size(), tensor.stride())
+        if tensor.is_conj():  # a lazy conjugate view: the storage holds the data before conjugation
+            new = new.conj()
+        if isinstance(tensor, torch.nn.Parameter):
+            return torch.nn.Parameter(new, requires_grad=tensor.requires_grad)
+        return new.requires_grad_(tensor.requires_grad)
+
+
+def _deepcopy_or_share(obj: Any, memo: dict[int, Any]) -> Any:
+    try:
+        return copy.deepcopy(obj, memo)
+    except Exception as exc:  # it may still pickle: let the writer try, with the live object
+        log.debug("Could not copy %s for an asynchronous checkpoint (%r); it is saved as it is then", type(obj), exc)
+        return obj
+
+
+# -- the background writer -------------------------------------------------------------------

@@ -1,0 +1,12 @@
+"""Loggers: where metrics go. ``CSVLogger`` is built in; ``TensorBoardLogger`` needs tensorboard."""
+
+from torchplug._lazy import lazy_attributes
+from torchplug.loggers.logger import Logger
+
+__all__ = ["CSVLogger", "Logger", "TensorBoardLogger"]
+
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {"CSVLogger": "torchplug.loggers.csv_logs", "TensorBoardLogger": "torchplug.loggers.tensorboard"},
+    globals(),
+)

@@ -1,0 +1,128 @@
+"""``CSVLogger``: metrics to ``metrics.csv`` and hyperparameters to ``hparams.yaml``, with no dependency."""
+
+from __future__ import annotations
+
+import csv
+import os
+from collections.abc import Mapping
+from typing import Any
+
+from torchplug.loggers.logger import Logger
+
+__all__ = ["CSVLogger"]
+
+
+class CSVLogger(Logger):
+    """Write metrics to ``<save_dir>/<name>/version_<n>/metrics.csv`` (one row per step) and ``hparams.yaml``.
+
+    Args:
+        save_dir: Root directory (a local path or fsspec URL).
+        name: Experiment name, a subdirectory of ``save_dir``.
+        version: Run version; by default the next free ``version_<n>``. A string is used as the directory name.
+        flush_logs_every_n_steps: Write buffered rows to disk every this many logged steps.
+    """
+
+    def __init__(self, save_dir: str = ".", name: str = "torchplug_logs", version: int | str | None = None,
+                 flush_logs_every_n_steps: int = 100) -> None:
+        self._save_dir = os.fspath(save_dir)
+        self._name = name
+        self._version = version
+        self._flush_every = flush_logs_every_n_steps
+        self._rows: list[dict[str, Any]] = []
+        self._columns: list[str] = []
+        self._written_columns: list[str] | None = None
+        self._filesystem: Any = None
+
+    @property
+    def _fs(self) -> Any:
+        # fsspec is imported on first write: building a Trainer should not pay for it.
+        if self._filesystem is None:
+            import fsspec
+
+            self._filesystem = fsspec.url_to_fs(self._save_dir)[0]
+        return self._filesystem
+
+    @property
+    def name(self) -> str:
+        """The experiment name."""
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The run version (the next free number unless given)."""
+        if self._version is None:
+            self._version = self._next_version()
+        return self._version
+
+    @version.setter
+    def version(self, value: int | str) -> None:
+        self._version = value
+
+    @property
+    def save_dir(self) -> str:
+        """The root directory."""
+        return self._save_dir
+
+    @property
+    def log_dir(self) -> str:
+        """``<save_dir>/<name>/version_<n>`` (or ``<save_dir>/<name>/<version>`` for a string version)."""
+        version = self.version
+        folder = version if isinstance(version, str) else f"version_{version}"
+        return f"{self._save_dir.rstrip('/')}/{self._name}/{folder}"
+
+    @property
+    def metrics_file(self) -> str:
+        """Path of ``metrics.csv``."""
+        return f"{self.log_dir}/metrics.csv"
+
+    def _next_version(self) -> int:
+        root = f"{self._save_dir.rstrip('/')}/{self._name}"
+        try:
+            names = [os.path.basename(p.rstrip("/")) for p in self._fs.ls(root, detail=False)]
+        except FileNotFoundError:
+            return 0
+        versions = [int(n[8:]) for n in names if n.startswith("version_") and n[8:].isdigit()]
+        return max(versions) + 1 if versions else 0
+
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """Write ``hparams.yaml`` (values that YAML cannot represent are written as text)."""
+        import yaml
+
+        self._fs.makedirs(self.log_dir, exist_ok=True)
+        plain = {k: v if isinstance(v, (bool, int, float, str, list, dict, type(None))) else repr(v)
+                 for k, v in params.items()}
+        with self._fs.open(f"{self.log_dir}/hparams.yaml", "w") as stream:
+            yaml.safe_dump(plain, stream, sort_keys=False)
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Buffer one row (``step`` plus the metrics); written every ``flush_logs_every_n_steps`` rows."""
+        row = {"step": step, **metrics}
+        for key in row:
+            if key not in self._columns:
+                self._columns.append(key)
+        self._rows.append(row)
+        if len(self._rows) >= self._flush_every:
+            self.save()
+
+    def save(self) -> None:
+        """Append buffered rows to ``metrics.csv`` (rewriting it when new columns appeared)."""
+        if not self._rows:
+            return
+        self._fs.makedirs(self.log_dir, exist_ok=True)
+        if self._written_columns == self._columns:
+            with self._fs.open(self.metrics_file, "a", newline="") as stream:
+                csv.DictWriter(stream, fieldnames=self._columns).writerows(self._rows)
+        else:
+            old = self._read_existing()
+            with self._fs.open(self.metrics_file, "w", newline="") as stream:
+                writer = csv.DictWriter(stream, fieldnames=self._columns)
+                writer.writeheader()
+                writer.writerows(old + self._rows)
+            self._written_columns = list(self._columns)
+        self._rows = []
+
+    def _read_existing(self) -> list[dict[str, Any]]:
+        if self._written_columns is None or not self._fs.exists(self.metrics_file):
+            return []
+        with self._fs.open(self.metrics_file, "r", newline="") as stream:
+            return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(stream)]

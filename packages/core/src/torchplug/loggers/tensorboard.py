@@ -1,0 +1,207 @@
+"""``TensorBoardLogger``: metrics and hyperparameters as TensorBoard event files (needs ``tensorboard``)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import fsspec
+import yaml
+
+from torchplug.loggers.logger import Logger
+
+__all__ = ["TensorBoardLogger"]
+
+_MISSING = "TensorBoardLogger needs tensorboard. Hint: pip install tensorboard"
+
+
+def _require_tensorboard() -> None:
+    try:
+        found = importlib.util.find_spec("tensorboard") is not None
+    except (ImportError, ValueError):
+        found = False
+    if not found:
+        raise ImportError(_MISSING)
+
+
+def _summary_writer_class() -> Any:
+    try:
+        import tensorboard  # noqa: F401  (torch.utils.tensorboard needs it; checked first for a clear error)
+        from torch.utils.tensorboard import SummaryWriter
+    except ImportError as exc:
+        raise ImportError(_MISSING) from exc
+    return SummaryWriter
+
+
+class TensorBoardLogger(Logger):
+    """Write metrics to TensorBoard event files in ``<save_dir>/<name>/version_<n>`` (the CSVLogger layout).
+
+    ``torch.utils.tensorboard`` is imported when the first event is written; a missing
+    ``tensorboard`` package is reported when the logger is created. Watch the run with
+    ``tensorboard --logdir <save_dir>``.
+
+    Example:
+        >>> Trainer(logger=TensorBoardLogger("tb_logs", name="mnist"))
+
+    Args:
+        save_dir: Root directory (a local path or fsspec URL for the layout; the event writer itself
+            supports what ``SummaryWriter`` supports).
+        name: Experiment name, a subdirectory of ``save_dir``.
+        version: Run version; by default the next free ``version_<n>``. A string is used as the directory name.
+        default_hp_metric: When hyperparameters are logged without metrics, log ``hp_metric = -1`` so the
+            HPARAMS tab of TensorBoard lists the run (as Lightning does). Log ``hp_metric`` yourself to fill it.
+        prefix: Put before every metric name, joined with ``-``.
+        sub_dir: A subdirectory of the version directory for the event files.
+        **writer_kwargs: Passed to ``torch.utils.tensorboard.SummaryWriter`` (``flush_secs``, ``max_queue``...).
+
+    Raises:
+        ImportError: tensorboard is not installed (the message says how to install it).
+    """
+
+    def __init__(self, save_dir: str | os.PathLike[str], name: str = "torchplug_logs",
+                 version: int | str | None = None, default_hp_metric: bool = True, prefix: str = "",
+                 sub_dir: str | None = None, **writer_kwargs: Any) -> None:
+        _require_tensorboard()
+        self._save_dir = os.fspath(save_dir)
+        self._name = name or ""
+        self._version = version
+        self._default_hp_metric = default_hp_metric
+        self._prefix = prefix
+        self._sub_dir = sub_dir
+        self._writer_kwargs = writer_kwargs
+        self._fs = fsspec.url_to_fs(self._save_dir)[0]
+        self._experiment: Any = None
+        #: The hyperparameters logged so far (also written to ``hparams.yaml``).
+        self.hparams: dict[str, Any] = {}
+
+    # -- where ----------------------------------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The experiment name."""
+        return self._name
+
+    @property
+    def version(self) -> int | str:
+        """The run version (the next free number unless given)."""
+        if self._version is None:
+            self._version = self._next_version()
+        return self._version
+
+    @version.setter
+    def version(self, value: int | str) -> None:
+        self._version = value
+
+    @property
+    def save_dir(self) -> str:
+        """The root directory."""
+        return self._save_dir
+
+    @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: the experiment's directory, holding one directory per version."""
+        base = self._save_dir.rstrip("/")
+        return f"{base}/{self._name}" if self._name else base
+
+    @property
+    def log_dir(self) -> str:
+        """``<save_dir>/<name>/version_<n>`` (``<version>`` for a string), plus ``sub_dir`` when given."""
+        version = self.version
+        folder = version if isinstance(version, str) else f"version_{version}"
+        path = f"{self.root_dir}/{folder}"
+        return f"{path}/{self._sub_dir}" if self._sub_dir else path
+
+    def _next_version(self) -> int:
+        try:
+            names = [os.path.basename(p.rstrip("/")) for p in self._fs.ls(self.root_dir, detail=False)]
+        except FileNotFoundError:
+            return 0
+        versions = [int(n[8:]) for n in names if n.startswith("version_") and n[8:].isdigit()]
+        return max(versions) + 1 if versions else 0
+
+    @property
+    def experiment(self) -> Any:
+        """The ``SummaryWriter``, created on first use: call its methods to log images, histograms..."""
+        if self._experiment is None:
+            writer_class = _summary_writer_class()
+            self._fs.makedirs(self.log_dir, exist_ok=True)
+            self._experiment = writer_class(log_dir=self.log_dir, **self._writer_kwargs)
+        return self._experiment
+
+    # -- what -----------------------------------------------------------------------------------
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Add each metric as a scalar at ``step`` (a dict value becomes one chart of several scalars)."""
+        writer = self.experiment
+        for key, value in metrics.items():
+            tag = f"{self._prefix}-{key}" if self._prefix else key
+            if isinstance(value, Mapping):
+                writer.add_scalars(tag, {k: _scalar(v) for k, v in value.items()}, step)
+            else:
+                writer.add_scalar(tag, _scalar(value), step)
+
+    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
+        """Record ``params`` in TensorBoard's HPARAMS tab and in ``hparams.yaml``.
+
+        Args:
+            params: The hyperparameters; nested dicts are flattened to ``outer/inner`` names and
+                values TensorBoard cannot show are written as text.
+            metrics: Metrics to show beside them (default: ``hp_metric = -1`` with ``default_hp_metric``).
+        """
+        from torch.utils.tensorboard.summary import hparams
+
+        flat = {key: _hparam_value(value) for key, value in _flatten(params).items()}
+        self.hparams.update(params)
+        if metrics is None and self._default_hp_metric:
+            metrics = {"hp_metric": -1}
+        if metrics:
+            self.log_metrics(metrics, 0)
+        writer = self.experiment._get_file_writer()
+        for summary in hparams(flat, dict(metrics or {})):
+            writer.add_summary(summary)
+
+    def save(self) -> None:
+        """Flush pending events and write ``hparams.yaml`` into the version directory."""
+        if self._experiment is not None:
+            self._experiment.flush()
+        if self.hparams:
+            self._fs.makedirs(self.log_dir, exist_ok=True)
+            plain = {k: v if isinstance(v, (bool, int, float, str, list, dict, type(None))) else repr(v)
+                     for k, v in self.hparams.items()}
+            with self._fs.open(f"{self.log_dir}/hparams.yaml", "w") as stream:
+                yaml.safe_dump(plain, stream, sort_keys=False)
+
+    def finalize(self, status: str) -> None:
+        """Flush, write ``hparams.yaml`` and close the event file."""
+        self.save()
+        if self._experiment is not None:
+            self._experiment.close()
+            self._experiment = None
+
+    def __repr__(self) -> str:
+        return f"TensorBoardLogger(save_dir={self._save_dir!r}, name={self._name!r}, version={self._version!r})"
+
+
+def _scalar(value: Any) -> float:
+    return float(value.item()) if hasattr(value, "item") else float(value)
+
+
+def _flatten(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{parent}/{key}" if parent else str(key)
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _hparam_value(value: Any) -> Any:
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "item") and getattr(value, "numel", lambda: 0)() == 1:
+        return value.item()
+    return str(value)

@@ -1,0 +1,247 @@
+"""Mixed precision (``16-mixed``, ``bf16-mixed``): float32 weights, 16-bit compute through ``torch.autocast``."""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+import torch
+from torch.optim import Optimizer
+
+from torchplug._errors import MisconfigurationError
+from torchplug.precision.precision import Precision
+from torchplug.utilities.apply import apply_to_tensors
+
+if TYPE_CHECKING:
+    from torch.amp import GradScaler
+
+    from torchplug.accelerators.accelerator import Accelerator
+
+__all__ = ["MixedPrecision"]
+
+_DTYPES: Final = {"16-mixed": torch.float16, "bf16-mixed": torch.bfloat16}
+_TRUE_EQUIVALENT: Final = {"16-mixed": "16-true", "bf16-mixed": "bf16-true"}
+_LOW_PRECISION: Final = (torch.float16, torch.bfloat16)
+
+
+class MixedPrecision(Precision):
+    """Keep the weights in float32 and run the forward pass in 16 bits under ``torch.autocast``.
+
+    ``16-mixed`` computes in float16 and scales the loss with a ``torch.amp.GradScaler`` so that
+    small gradients do not underflow; ``bf16-mixed`` computes in bfloat16, which has float32's
+    range and needs no scaler. Unlike Lightning, which turns ``16-mixed`` into ``bf16-mixed`` on
+    the CPU, this plugin honours ``16-mixed`` everywhere autocast and the scaler support float16
+    (the CPU included, since torch 2.3).
+
+    The autocast device type is not known when the plugin is created: the Trainer calls
+    :meth:`connect_accelerator` once before training, and the plugin reads the accelerator's
+    ``autocast_device_type`` there (the loss scaler is created then too). It never tests the
+    device type itself, so a new accelerator only has to declare its ``autocast_device_type``.
+
+    Args:
+        precision: ``"16-mixed"`` (float16 with a loss scaler) or ``"bf16-mixed"`` (bfloat16, no scaler).
+        device_type: The device type for ``torch.autocast`` and the scaler; it wins over the
+            accelerator's. Leave it None to take the accelerator's ``autocast_device_type``.
+        scaler: A ``torch.amp.GradScaler`` to use instead of a default one (for example with
+            another ``init_scale``); ``16-mixed`` only.
+
+    Raises:
+        MisconfigurationError: ``precision`` is another value, or a scaler was given for ``bf16-mixed``.
+    """
+
+    name: ClassVar[str] = "16-mixed"
+
+    def __init__(self, precision: str = "16-mixed", device_type: str | None = None,
+                 scaler: GradScaler | None = None) -> None:
+        dtype = _DTYPES.get(precision)
+        if dtype is None:
+            raise MisconfigurationError(
+                f"precision={precision!r} is not supported by {type(self).__name__}; choose '16-mixed' or 'bf16-mixed'."
+            )
+        if scaler is not None and precision != "16-mixed":
+            raise MisconfigurationError(
+                f"precision={precision!r} does not scale the loss, but scaler={scaler!r} was given. "
+                "Hint: drop scaler=, or use precision='16-mixed'."
+            )
+        self.precision: str = precision
+        self.dtype: torch.dtype = dtype
+        self._device_type: str | None = None
+        self._explicit_device_type = device_type is not None
+        self._scaler = scaler
+        self._own_scaler = scaler is None
+        self._pending_scaler_state: dict[str, Any] | None = None
+        self._unscaled: set[int] = set()  # ids of the optimizers unscaled since the last scaler.update()
+        if device_type is not None:
+            self._use_device_type(device_type)
+
+    @property
+    def device_type(self) -> str | None:
+        """The device type given to ``torch.autocast`` (None until :meth:`connect_accelerator`)."""
+        return self._device_type
+
+    @property
+    def scaler(self) -> GradScaler | None:
+        """The loss scaler of ``16-mixed`` (None for ``bf16-mixed``, and before :meth:`connect_accelerator`)."""
+        return self._scaler
+
+    def connect_accelerator(self, accelerator: Accelerator) -> None:
+        """Take the autocast device type from ``accelerator`` and create the loss scaler for it.
+
+        A ``device_type=`` given to the constructor wins, and the accelerator is not consulted.
+
+        Raises:
+            MisconfigurationError: The accelerator's ``autocast_device_type`` is None: it does not
+                support mixed precision through autocast.
+        """
+        if self._explicit_device_type:
+            return
+        device_type = accelerator.autocast_device_type
+        if device_type is None:
+            label = f"accelerator={accelerator.name!r}" if accelerator.name else type(accelerator).__name__
+            raise MisconfigurationError(
+                f"precision={self.precision!r} needs mixed precision through torch.autocast, which {label} "
+                f"does not support (its autocast_device_type is None). "
+                f"Hint: use precision={_TRUE_EQUIVALENT[self.precision]!r} or '32-true'."
+            )
+        self._use_device_type(device_type)
+
+    def _use_device_type(self, device_type: str) -> None:
+        changed = self._device_type is not None and device_type != self._device_type
+        self._device_type = device_type
+        if self.precision != "16-mixed" or not self._own_scaler:
+            return
+        if self._scaler is None or changed:
+            previous = self._scaler.state_dict() if self._scaler is not None else None
+            self._scaler = _new_scaler(device_type)
+            state = self._pending_scaler_state or previous
+            if state:
+                self._scaler.load_state_dict(state)
+            self._pending_scaler_state = None
+
+    # -- forward --------------------------------------------------------------------------------
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        """``torch.autocast(device_type, dtype)``: eligible operations run in 16 bits.
+
+        Raises:
+            RuntimeError: The device type is not known yet (see :meth:`connect_accelerator`).
+        """
+        if self._device_type is None:
+            raise RuntimeError(
+                f"{self!r} does not know which device to autocast on yet. The Trainer calls "
+                "connect_accelerator(accelerator) before training; outside the Trainer, call it yourself "
+                "or pass device_type= (for example device_type='cpu')."
+            )
+        return torch.autocast(self._device_type, dtype=self.dtype)
+
+    def convert_output(self, data: Any) -> Any:
+        """Cast the float16 and bfloat16 tensors of ``data`` (what autocast produced) to float32."""
+        return apply_to_tensors(data, lambda t: t.float() if t.dtype in _LOW_PRECISION else t)
+
+    # -- backward and step ------------------------------------------------------------------------
+
+    def pre_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> torch.Tensor:
+        """Multiply the loss by the scaler's scale (``16-mixed``); return it as it is otherwise."""
+        return self._scaler.scale(tensor) if self._scaler is not None else tensor
+
+    def optimizer_step(self, optimizer: Optimizer, module: torch.nn.Module | None,
+                       closure: Callable[[], Any] | None = None) -> Any:
+        """Step the optimizer; with a scaler, skip the step when a gradient is inf or NaN.
+
+        Without a scaler (``bf16-mixed``) this is ``optimizer.step(closure)``. With one, the closure
+        runs first (it computes the loss and the gradients, and may clip them), then
+        ``scaler.step(optimizer)`` unscales the gradients (unless :meth:`unscale_gradients` already
+        did) and steps only if they are all finite, and ``scaler.update()`` adjusts the scale: it
+        is lowered after a skipped step and raised after a run of good ones. When no parameter has
+        a gradient (the closure skipped backward), nothing is stepped or updated.
+
+        Returns:
+            What the closure returned (None without a closure).
+
+        Raises:
+            MisconfigurationError: The optimizer calls its closure itself, several times per step
+                (LBFGS): the scaler cannot check the gradients in between.
+        """
+        if self._scaler is None:
+            return optimizer.step(closure)
+        if _calls_closure_itself(optimizer):
+            raise MisconfigurationError(
+                f"precision={self.precision!r} cannot train with {type(optimizer).__name__}: the optimizer "
+                "re-evaluates its closure inside step(), where the loss scaler cannot check the gradients. "
+                "Hint: use precision='bf16-mixed' (no loss scaler), '32-true', or another optimizer."
+            )
+        result = None
+        if closure is not None:
+            with torch.enable_grad():
+                result = closure()
+        if any(p.grad is not None for p in self.main_params(optimizer)):
+            self._scaler.step(optimizer)
+            self._scaler.update()  # resets the scaler's per-optimizer state, so ours too
+            self._unscaled.clear()
+        return result
+
+    def unscale_gradients(self, optimizer: Optimizer) -> None:
+        """Divide ``optimizer``'s gradients by the scale, once per step (later calls do nothing).
+
+        Also records whether a gradient is inf or NaN, for :meth:`optimizer_step` to skip the step.
+        Call it, rather than ``scaler.unscale_``, before reading the gradients' true values.
+        """
+        if self._scaler is None or id(optimizer) in self._unscaled:
+            return
+        self._scaler.unscale_(optimizer)
+        self._unscaled.add(id(optimizer))
+
+    # -- state ------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """``{"scaler": <the scaler's state>}`` for ``16-mixed`` (scale and growth tracker); ``{}`` otherwise."""
+        if self._scaler is not None:
+            return {"scaler": self._scaler.state_dict()}
+        if self._pending_scaler_state is not None:
+            return {"scaler": dict(self._pending_scaler_state)}
+        return {}
+
+    def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
+        """Restore the scaler's state, so a resumed run continues exactly where it stopped.
+
+        Before :meth:`connect_accelerator` the state is kept and given to the scaler once it
+        exists. A state without a scaler (saved under another precision) leaves the scaler fresh,
+        and ``bf16-mixed`` ignores a saved scaler.
+        """
+        scaler_state = state_dict.get("scaler")
+        if not scaler_state or self.precision != "16-mixed":
+            return
+        if self._scaler is not None:
+            self._scaler.load_state_dict(dict(scaler_state))
+        else:
+            self._pending_scaler_state = dict(scaler_state)
+
+    def teardown(self) -> None:
+        """Forget which optimizers were unscaled. The scaler and its state stay, for the next run."""
+        self._unscaled.clear()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(precision={self.precision!r}, device_type={self._device_type!r})"
+
+
+def _new_scaler(device_type: str) -> GradScaler:
+    scaler_class = getattr(torch.amp, "GradScaler", None)
+    if scaler_class is None:
+        raise MisconfigurationError(
+            f"precision='16-mixed' needs torch.amp.GradScaler, new in torch 2.3; torch {torch.__version__} is "
+            "installed. Hint: upgrade torch, or use precision='bf16-mixed'."
+        )
+    return scaler_class(device_type)  # type: ignore[no-any-return]
+
+
+def _calls_closure_itself(optimizer: Optimizer) -> bool:
+    """Whether ``optimizer.step`` requires a closure, which it may call several times (LBFGS and the like)."""
+    if isinstance(optimizer, torch.optim.LBFGS):
+        return True
+    try:
+        parameter = inspect.signature(optimizer.step).parameters.get("closure")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty

@@ -1,0 +1,1 @@
+"""Launchers: how multi-process strategies start their processes."""

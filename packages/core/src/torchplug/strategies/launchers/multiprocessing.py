@@ -1,0 +1,164 @@
+"""Starting worker processes with ``spawn`` or ``fork``; rank 0's results come back to the caller.
+
+Workers start from the caller's random state (as forked ones do anyway), so a run gives the same
+result whichever way its processes start. After the workers finish, the caller's model holds the
+trained weights, and the Trainer the metrics and checkpoint paths, as if training had run in the
+calling process.
+
+:func:`own_parameters`, :func:`collect_results` and :func:`restore_results` are the steps of that
+hand-back. They are public so that a vendor's launcher that starts its own workers (torch_xla's
+``xmp.spawn`` in ``accel-tpu``, for example) returns the same state to its caller.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+import torch.multiprocessing as mp
+from torch.multiprocessing.spawn import start_processes
+
+from torchplug._errors import MisconfigurationError
+from torchplug.strategies.launcher import Launcher
+from torchplug.utilities.seed import capture_rng_states, restore_rng_states
+
+if TYPE_CHECKING:
+    from torchplug.strategies.parallel import ParallelStrategy
+
+__all__ = ["MultiProcessingLauncher", "collect_results", "own_parameters", "restore_results"]
+
+
+class MultiProcessingLauncher(Launcher):
+    """Runs the Trainer's work in ``num_processes`` workers started with ``spawn`` or ``fork``.
+
+    The calling process only waits: it joins no process group and touches no device. When a
+    worker raises, torch stops the others and the error is raised here as torch's
+    ``ProcessRaisedException``, whose message names the worker and holds its traceback.
+
+    Args:
+        strategy: The parallel strategy being launched.
+        start_method: ``"spawn"`` (model and data must pickle), ``"fork"`` (works in notebooks,
+            not on Windows) or ``"forkserver"``.
+    """
+
+    def __init__(self, strategy: ParallelStrategy, start_method: str = "spawn") -> None:
+        if start_method not in mp.get_all_start_methods():
+            raise MisconfigurationError(
+                f"start_method={start_method!r} is not available on this platform "
+                f"(available: {', '.join(mp.get_all_start_methods())}). Hint: use strategy='ddp_spawn'."
+            )
+        self.strategy = strategy
+        self.start_method = start_method
+
+    @property
+    def is_interactive_compatible(self) -> bool:
+        """Only ``fork`` works in a notebook (spawned workers cannot import the notebook's code)."""
+        return self.start_method == "fork"
+
+    def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
+        """Start the workers, run ``function`` in each, and return the first worker's result here.
+
+        With ``trainer``, the caller's Trainer and model then hold that worker's state (see
+        :func:`restore_results`).
+        """
+        env = self.strategy.cluster_environment
+        assert env is not None
+        env.validate_settings(self.strategy.num_processes, self.strategy.num_nodes)
+        if env.creates_processes_externally:  # already inside a worker (or under torchrun): just run
+            return function(*args, **kwargs)
+        rendezvous = {"MASTER_ADDR": env.main_address, "MASTER_PORT": str(env.main_port),
+                      "NODE_RANK": str(env.node_rank())}
+        # The first worker writes its results to a file: tensors sent through a queue would reference
+        # shared memory owned by a worker that has exited by the time they are read.
+        fd, results_path = tempfile.mkstemp(prefix="torchplug-workers-", suffix=".pt")
+        os.close(fd)
+        try:
+            worker_args = (trainer, function, args, kwargs, results_path, rendezvous, capture_rng_states())
+            start_processes(_worker, args=worker_args,
+                            nprocs=self.strategy.num_processes, start_method=self.start_method, join=True)
+            if os.path.getsize(results_path) == 0:
+                raise RuntimeError("The first worker finished without writing its results.")
+            output = torch.load(results_path, weights_only=False)  # written by our own worker just now
+        finally:
+            os.unlink(results_path)
+        if trainer is not None:
+            restore_results(trainer, output)
+        return output["result"]
+
+
+def _worker(local_rank: int, trainer: Any, function: Callable[..., Any], args: tuple[Any, ...],
+            kwargs: dict[str, Any], results_path: str, rendezvous: dict[str, str], rng: dict[str, Any]) -> None:
+    os.environ.update(rendezvous, LOCAL_RANK=str(local_rank))
+    restore_rng_states(rng)  # a spawned worker starts with fresh generators: continue from the caller's
+    if trainer is not None:
+        own_parameters(trainer.module)
+    result = function(*args, **kwargs)
+    # Gathered on every rank: for sharded strategies (FSDP) this is a collective; rank 0 gets the full dict.
+    state_dict = trainer.strategy.module_state_dict() if trainer is not None else {}
+    # Each node's caller waits for its own first worker (global rank 0 on the first node).
+    if local_rank == 0:
+        torch.save(collect_results(trainer, result, state_dict), results_path)
+
+
+def own_parameters(module: torch.nn.Module) -> None:
+    """Give this worker its own copy of ``module``'s parameters and buffers; call it first thing in a worker.
+
+    ``torch.multiprocessing`` sends tensors to workers through shared memory, so without this every
+    worker (and the caller) would update the same weights.
+    """
+    with torch.no_grad():
+        for tensor in [*module.parameters(), *module.buffers()]:
+            tensor.data = tensor.data.clone()
+
+
+def collect_results(trainer: Any, result: Any, state_dict: dict[str, Any]) -> dict[str, Any]:
+    """What a worker sends back to its caller: ``function``'s ``result`` and the Trainer's state.
+
+    Call it in the worker after the Trainer's work returned, and save the dict with ``torch.save``
+    for the caller to pass to :func:`restore_results`.
+
+    Args:
+        trainer: The worker's Trainer, or None when the launch was not for a Trainer.
+        result: What the launched function returned.
+        state_dict: The module's full state dict (``trainer.strategy.module_state_dict()``, which
+            sharded strategies gather on global rank 0 only; every rank must call it). Empty when
+            this worker holds no full copy: the caller then keeps its weights.
+
+    Returns:
+        A dict of plain data and CPU tensors: the result, the weights, the loop progress, every
+        callback's state, the metrics and ``should_stop``.
+    """
+    if trainer is None:
+        return {"result": result}
+    return {
+        "result": result,
+        "state_dict": {k: v.detach().cpu() for k, v in state_dict.items()},
+        "progress": trainer.fit_loop.progress.state_dict(),
+        "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
+        "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+        "logged_metrics": trainer.logged_metrics,
+        "should_stop": trainer.should_stop,
+    }
+
+
+def restore_results(trainer: Any, results: dict[str, Any]) -> None:
+    """In the caller, make ``trainer`` and its module hold what a worker's :func:`collect_results` returned.
+
+    Afterwards ``trainer.global_step``, ``callback_metrics``, ``logged_metrics``, the callbacks'
+    state (``trainer.checkpoint_callback.best_model_path``...) and the module's weights are the
+    worker's, as if the work had run in the caller.
+    """
+    module = trainer.module
+    if results["state_dict"]:
+        device = next((p.device for p in module.parameters()), torch.device("cpu"))
+        module.load_state_dict({k: v.to(device) for k, v in results["state_dict"].items()})
+    trainer.fit_loop.progress.load_state_dict(results["progress"])
+    for callback in trainer.callbacks:
+        if callback.state_key in results["callbacks"]:
+            callback.load_state_dict(results["callbacks"][callback.state_key])
+    trainer._recovered_metrics = results["callback_metrics"]
+    trainer._logged_metrics = dict(results["logged_metrics"])
+    trainer.should_stop = results["should_stop"]

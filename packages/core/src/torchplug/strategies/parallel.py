@@ -1,0 +1,158 @@
+"""The ParallelStrategy base class: several processes joined in a ``torch.distributed`` process group."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any, ClassVar, TypeVar
+
+import torch
+import torch.distributed as dist
+
+from torchplug.accelerators.accelerator import Accelerator
+from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.io.checkpoint_io import CheckpointIO
+from torchplug.precision.precision import Precision
+from torchplug.strategies.strategy import Strategy
+from torchplug.utilities.distributed import init_process_group
+
+__all__ = ["ParallelStrategy"]
+
+T = TypeVar("T")
+
+_REDUCE_OPS = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
+               "min": dist.ReduceOp.MIN}
+
+
+class ParallelStrategy(Strategy):
+    """One process per device, on one or more nodes, with the collectives of ``torch.distributed``.
+
+    Args:
+        accelerator, precision, checkpoint_io, cluster_environment: As for :class:`Strategy`.
+        parallel_devices: The devices of this node's processes (by default from ``devices=``).
+        process_group_backend: ``"gloo"``, ``"nccl"``...; by default the accelerator's.
+        timeout: How long a collective may wait for the other processes before failing.
+    """
+
+    is_distributed: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        accelerator: Accelerator | None = None,
+        precision: Precision | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        process_group_backend: str | None = None,
+        timeout: timedelta = timedelta(minutes=30),
+    ) -> None:
+        super().__init__(accelerator, precision, checkpoint_io, cluster_environment)
+        self.parallel_devices = parallel_devices
+        self.process_group_backend = process_group_backend
+        self.timeout = timeout
+
+    @property
+    def num_processes(self) -> int:
+        """Processes per node."""
+        return len(self.parallel_devices) if self.parallel_devices else 1
+
+    @property
+    def root_device(self) -> torch.device:
+        """This process's device: the local rank's entry of the parallel devices."""
+        assert self.parallel_devices, "the Trainer sets parallel_devices before use"
+        return self.parallel_devices[self.local_rank]
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this is global rank 0."""
+        return self.global_rank == 0
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any]:
+        """Each process reads the shard of its global rank."""
+        return {"num_replicas": self.num_nodes * self.num_processes, "rank": self.global_rank}
+
+    def _configure_launcher(self) -> None:
+        """Compute the ranks as soon as the components are in place; subclasses then set the launcher.
+
+        So ``trainer.global_rank``, ``world_size`` and ``is_global_zero`` are right from ``Trainer()`` on.
+        """
+        self.set_world_ranks()
+
+    def set_world_ranks(self) -> None:
+        """Tell the cluster environment the rank and world size this strategy computes."""
+        assert self.cluster_environment is not None
+        env = self.cluster_environment
+        env.set_global_rank(env.node_rank() * self.num_processes + env.local_rank())
+        env.set_world_size(self.num_nodes * self.num_processes)
+
+    def setup_environment(self) -> None:
+        """Select this process's device, then compute the ranks and join the process group.
+
+        The device comes first because backends such as NCCL bind the group's communicators to
+        the device that is current when the group is joined; joined earlier, every process would
+        use device 0. The ranks are computed again here: a spawned worker learns its local rank
+        only now.
+        """
+        assert self.cluster_environment is not None and self.accelerator is not None
+        super().setup_environment()
+        self.set_world_ranks()
+        backend = self.process_group_backend or self.accelerator.process_group_backend
+        init_process_group(self.cluster_environment, backend, self.timeout)
+
+    def model_to_device(self) -> None:
+        """Move the module to this process's device."""
+        assert self.module is not None
+        self.module.to(self.root_device)
+
+    # -- collectives --------------------------------------------------------------------------
+
+    @staticmethod
+    def _active() -> bool:
+        return dist.is_available() and dist.is_initialized()
+
+    def barrier(self, name: str | None = None) -> None:
+        """Wait until every process reaches this point."""
+        if self._active():
+            dist.barrier()
+
+    def broadcast(self, obj: T, src: int = 0) -> T:
+        """Send any picklable ``obj`` from rank ``src`` to every process."""
+        if not self._active():
+            return obj
+        holder = [obj]
+        dist.broadcast_object_list(holder, src=src)
+        return holder[0]
+
+    def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
+        """Gather ``tensor`` from every process, stacked on a new first dimension (``sync_grads``: with gradients)."""
+        if not self._active():
+            return tensor.unsqueeze(0)
+        if sync_grads:
+            from torch.distributed.nn.functional import all_gather
+
+            return torch.stack(all_gather(tensor.contiguous(), group=group or dist.group.WORLD))
+        parts = [torch.empty_like(tensor) for _ in range(dist.get_world_size(group))]
+        dist.all_gather(parts, tensor.contiguous(), group=group)
+        return torch.stack(parts)
+
+    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
+        """Reduce over every process: ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``."""
+        if not self._active():
+            return tensor
+        op = (reduce_op or "mean").lower()
+        if op not in _REDUCE_OPS:
+            raise ValueError(f"reduce_op={reduce_op!r}: choose one of {', '.join(_REDUCE_OPS)}.")
+        value = torch.as_tensor(tensor, device=self.root_device).clone()
+        if op == "mean" and not value.is_floating_point():
+            value = value.double()
+        dist.all_reduce(value, op=_REDUCE_OPS[op], group=group)
+        if op == "mean":
+            value = value / dist.get_world_size(group)
+        return value
+
+    def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
+        """True if every process (``all=True``) or any process decided True."""
+        if not self._active():
+            return decision
+        count = self.reduce(torch.tensor(int(decision), device=self.root_device), reduce_op="sum")
+        return bool(count == self.world_size) if all else bool(count > 0)

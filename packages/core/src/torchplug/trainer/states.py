@@ -1,0 +1,87 @@
+"""What the Trainer is doing now, and how far it has got (the loop position saved in checkpoints)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field, fields
+from typing import Any
+
+__all__ = ["FitProgress", "RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"]
+
+
+class TrainerFn(str, enum.Enum):
+    """The user-facing call in progress."""
+
+    FITTING = "fit"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+
+class RunningStage(str, enum.Enum):
+    """The loop running now (fit alternates between training, validating and the sanity check)."""
+
+    TRAINING = "train"
+    SANITY_CHECKING = "sanity_check"
+    VALIDATING = "validate"
+    TESTING = "test"
+    PREDICTING = "predict"
+
+    @property
+    def dataloader_prefix(self) -> str:
+        """The prefix of the dataloader hook (``val`` for both validation stages)."""
+        return "val" if self in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING) else self.value
+
+
+class TrainerStatus(str, enum.Enum):
+    """Where the Trainer is in its life cycle."""
+
+    INITIALIZING = "initializing"
+    RUNNING = "running"
+    FINISHED = "finished"
+    INTERRUPTED = "interrupted"
+
+
+@dataclass
+class TrainerState:
+    """The call, stage and status of the Trainer."""
+
+    fn: TrainerFn | None = None
+    stage: RunningStage | None = None
+    status: TrainerStatus = TrainerStatus.INITIALIZING
+
+
+@dataclass
+class FitProgress:
+    """The training loop's position, precise enough to resume a run bit for bit.
+
+    Attributes:
+        epoch: The epoch in progress (or the next one, once ``epoch_finished``).
+        global_step: Optimizer steps taken.
+        batches_done: Training batches finished in this epoch (forward, backward, and step if due).
+        tail_done: Whether the work after the last finished batch (validation if due, stop checks) ran.
+        epoch_finished: Whether this epoch's end-of-epoch work ran (then ``epoch`` starts next).
+        epoch_rng: The random states captured right before this epoch's dataloader iterator was
+            created, so a resumed run recreates the same shuffling.
+        total_batches: Training batches finished over all epochs.
+        should_stop: Whether a callback (EarlyStopping) asked training to stop.
+    """
+
+    epoch: int = 0
+    global_step: int = 0
+    batches_done: int = 0
+    tail_done: bool = True
+    epoch_finished: bool = False
+    epoch_rng: dict[str, Any] | None = field(default=None, repr=False)
+    total_batches: int = 0
+    should_stop: bool = False
+
+    def state_dict(self) -> dict[str, Any]:
+        """Plain data for the checkpoint (``weights_only``-safe); shallow: nothing here is mutated in place."""
+        return {f.name: getattr(self, f.name) for f in fields(self)}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` returned."""
+        for key, value in state.items():
+            if hasattr(self, key):
+                setattr(self, key, value)

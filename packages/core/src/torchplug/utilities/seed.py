@@ -1,0 +1,73 @@
+"""Seeding every random number generator, and capturing/restoring their states for exact resumes."""
+
+from __future__ import annotations
+
+import os
+import random
+from typing import Any
+
+import torch
+
+__all__ = ["capture_rng_states", "restore_rng_states", "seed_everything"]
+
+
+def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+    """Seed Python's ``random``, NumPy (when installed) and torch, and export ``TORCHPLUG_GLOBAL_SEED``.
+
+    Args:
+        seed: The seed; None reads ``TORCHPLUG_GLOBAL_SEED``, else picks one from the OS.
+        workers: Also export ``TORCHPLUG_SEED_WORKERS=1`` so that dataloader workers get distinct,
+            reproducible seeds.
+
+    Returns:
+        The seed used.
+    """
+    if seed is None:
+        env_seed = os.environ.get("TORCHPLUG_GLOBAL_SEED")
+        seed = int(env_seed) if env_seed is not None else random.SystemRandom().randint(0, 2**31 - 1)
+    if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
+        raise ValueError(f"seed={seed!r} is not valid: give an int between 0 and 2**32 - 1.")
+    os.environ["TORCHPLUG_GLOBAL_SEED"] = str(seed)
+    os.environ["TORCHPLUG_SEED_WORKERS"] = "1" if workers else "0"
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed)
+    except ImportError:
+        pass
+    torch.manual_seed(seed)  # also seeds every accelerator generator torch knows about
+    return seed
+
+
+def capture_rng_states() -> dict[str, Any]:
+    """The states of Python's, NumPy's and torch's global generators, as ``weights_only``-safe data."""
+    version, internal, gauss = random.getstate()
+    states: dict[str, Any] = {
+        "torch": torch.get_rng_state(),
+        "python": [version, torch.tensor(internal, dtype=torch.int64), gauss],  # one tensor, not 625 ints
+    }
+    try:
+        import numpy as np
+
+        kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+        words = np.asarray(keys, dtype="int64")  # uint32 as int64: a torch-native, weights_only-safe tensor
+        states["numpy"] = [kind, torch.from_numpy(words), int(pos), int(has_gauss), float(cached)]
+    except ImportError:
+        pass
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    """Restore what :func:`capture_rng_states` returned."""
+    torch.set_rng_state(states["torch"])
+    version, internal, gauss = states["python"]
+    words = internal.tolist() if isinstance(internal, torch.Tensor) else internal
+    random.setstate((version, tuple(words), gauss))
+    if "numpy" in states:
+        try:
+            import numpy as np
+        except ImportError:
+            return
+        kind, keys, pos, has_gauss, cached = states["numpy"]
+        np.random.set_state((kind, keys.numpy().astype("uint32"), pos, has_gauss, cached))

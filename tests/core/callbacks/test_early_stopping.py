@@ -1,0 +1,136 @@
+"""EarlyStopping: when fit stops, why, and what a checkpoint remembers."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from torchplug._errors import MisconfigurationError
+from torchplug.callbacks import EarlyStopping, ModelCheckpoint
+
+
+def fit(make_trainer, tiny_model, data, scores, stopping, **trainer_kwargs):
+    trainer = make_trainer(max_epochs=len(scores), callbacks=[stopping], **trainer_kwargs)
+    trainer.fit(tiny_model(scores=scores), data(), data())
+    return trainer
+
+
+def test_stops_after_patience_checks_without_an_improvement_of_min_delta(make_trainer, tiny_model, data):
+    # 0.95 and 0.92 improve on 1.0, but by less than min_delta=0.1: they do not count.
+    stopping = EarlyStopping(monitor="score", patience=2, min_delta=0.1)
+    trainer = fit(make_trainer, tiny_model, data, [1.0, 0.95, 0.92, 0.5, 0.1], stopping)
+
+    assert trainer.current_epoch == 3  # epochs 0, 1 and 2 ran
+    assert stopping.stopped_epoch == 2
+    assert stopping.wait_count == 2
+    assert float(stopping.best_score) == 1.0
+    assert stopping.stopping_reason == ("Monitored metric score did not improve in the last 2 records. "
+                                        "Best score: 1. Signaling Trainer to stop.")
+
+
+def test_improvements_reset_the_count(make_trainer, tiny_model, data):
+    stopping = EarlyStopping(monitor="score", patience=2, mode="max")
+    trainer = fit(make_trainer, tiny_model, data, [1.0, 0.5, 2.0, 1.5, 3.0, 2.5], stopping)
+
+    assert trainer.current_epoch == 6  # never two checks in a row without improvement
+    assert stopping.stopping_reason is None
+    assert float(stopping.best_score) == 3.0
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "scores", "stopped_epoch", "reason"),
+    [
+        ({"mode": "max", "stopping_threshold": 0.9}, [0.5, 0.8, 0.95, 0.99], 2, "Stopping threshold reached: score"),
+        ({"divergence_threshold": 10.0}, [1.0, 2.0, 50.0, 1.0], 2, "Divergence threshold reached: score = 50 > 10"),
+        ({}, [1.0, math.nan, 0.5, 0.4], 1, "Monitored metric score = nan is not finite"),
+        ({}, [1.0, math.inf, 0.5, 0.4], 1, "score = inf is not finite"),
+    ],
+    ids=["stopping-threshold", "divergence-threshold", "nan", "inf"],
+)
+def test_thresholds_and_non_finite_values_stop_at_once(make_trainer, tiny_model, data, kwargs, scores, stopped_epoch,
+                                                       reason):
+    stopping = EarlyStopping(monitor="score", patience=10, **kwargs)
+    fit(make_trainer, tiny_model, data, scores, stopping)
+
+    assert stopping.stopped_epoch == stopped_epoch
+    assert reason in stopping.stopping_reason
+
+
+def test_check_finite_false_treats_nan_as_no_improvement(make_trainer, tiny_model, data):
+    stopping = EarlyStopping(monitor="score", patience=5, check_finite=False)
+    trainer = fit(make_trainer, tiny_model, data, [1.0, math.nan, 0.5], stopping)
+    assert trainer.current_epoch == 3
+    assert stopping.stopping_reason is None
+
+
+def test_min_epochs_holds_the_stop_back(make_trainer, tiny_model, data):
+    stopping = EarlyStopping(monitor="score", patience=1)
+    trainer = fit(make_trainer, tiny_model, data, [1.0, 2.0, 3.0, 4.0, 5.0], stopping, min_epochs=4)
+    assert stopping.stopped_epoch >= 1
+    assert trainer.current_epoch == 4
+
+
+def test_checks_the_training_metric_when_there_is_no_validation(make_trainer, tiny_model, data):
+    stopping = EarlyStopping(monitor="train_loss_epoch", stopping_threshold=10.0)  # the first epoch is enough
+    trainer = make_trainer(max_epochs=5, callbacks=[stopping])
+    trainer.fit(tiny_model(), data())
+    assert trainer.current_epoch == 1
+
+
+def test_checks_after_each_validation_when_it_runs_twice_per_epoch(make_trainer, tiny_model, data):
+    stopping = EarlyStopping(monitor="val_loss", stopping_threshold=1e9)
+    trainer = make_trainer(max_epochs=3, val_check_interval=0.5, callbacks=[stopping])
+    trainer.fit(tiny_model(), data(), data())
+    assert trainer.global_step == 4  # stopped at the first validation, mid-epoch
+
+
+def test_missing_metric_raises_or_warns(make_trainer, tiny_model, data):
+    trainer = make_trainer(max_epochs=2, callbacks=[EarlyStopping(monitor="val_acc")])
+    with pytest.raises(MisconfigurationError, match=r"monitor='val_acc'.*Logged metrics: .*val_loss.*strict=False"):
+        trainer.fit(tiny_model(), data(), data())
+
+    trainer = make_trainer(max_epochs=2, callbacks=[EarlyStopping(monitor="val_acc", strict=False)])
+    with pytest.warns(UserWarning, match="found no metric 'val_acc'"):
+        trainer.fit(tiny_model(), data(), data())
+    assert trainer.current_epoch == 2
+
+
+def test_state_round_trips_through_a_checkpoint(tmp_path, make_trainer, tiny_model, data):
+    scores = [1.0, 2.0, 3.0, 0.5, 0.6, 0.7, 0.8]
+    stopping = EarlyStopping(monitor="score", patience=3)
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)
+    make_trainer(max_epochs=3, callbacks=[stopping, checkpoint]).fit(tiny_model(scores=scores), data(), data())
+
+    saved = torch.load(tmp_path / "last.ckpt", weights_only=True)["callbacks"][stopping.state_key]
+    assert saved == {"wait_count": 2, "stopped_epoch": 0, "best_score": torch.tensor(1.0), "patience": 3}
+
+    # Resumed, the count goes on: 0.5 improves (count 0), then 3 checks without improvement stop it.
+    resumed = EarlyStopping(monitor="score", patience=3)
+    trainer = make_trainer(max_epochs=7, callbacks=[resumed, ModelCheckpoint(dirpath=tmp_path, save_last=True,
+                                                                             save_top_k=0)])
+    trainer.fit(tiny_model(scores=scores), data(), data(), ckpt_path="last")
+    assert resumed.stopped_epoch == 6
+    assert float(resumed.best_score) == 0.5
+
+
+def test_state_keys_differ_per_metric():
+    assert EarlyStopping(monitor="a").state_key != EarlyStopping(monitor="b").state_key
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [({"mode": "avg"}, "mode='avg'"), ({"patience": -1}, "patience=-1"), ({"min_delta": -0.1}, "min_delta=-0.1")],
+    ids=["mode", "patience", "min-delta"],
+)
+def test_invalid_arguments(kwargs, match):
+    with pytest.raises(MisconfigurationError, match=match):
+        EarlyStopping(monitor="val_loss", **kwargs)
+
+
+def test_verbose_prints_the_reasons(make_trainer, tiny_model, data, capsys):
+    fit(make_trainer, tiny_model, data, [1.0, 2.0, 3.0], EarlyStopping(monitor="score", patience=1, verbose=True))
+    out = capsys.readouterr().out
+    assert "Metric score improved. New best score: 1" in out
+    assert "did not improve in the last 1 records" in out

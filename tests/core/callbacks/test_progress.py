@@ -1,0 +1,152 @@
+"""ProgressBar: quiet unless someone watches, informative when shown, and cheap per step."""
+
+from __future__ import annotations
+
+import io
+import time
+
+import pytest
+import torch
+from torch.utils.data import DataLoader
+
+from torchplug.callbacks import ProgressBar
+from torchplug.loggers.csv_logs import CSVLogger
+from torchplug.utilities.table import format_results, format_table, print_results
+
+
+class Terminal(io.StringIO):
+    """A captured stream that says it is a terminal."""
+
+    def isatty(self) -> bool:
+        return True
+
+
+def run_everything(make_trainer, tiny_model, data, bar, **kwargs):
+    trainer = make_trainer(max_epochs=2, enable_progress_bar=True, callbacks=[bar], **kwargs)
+    model = tiny_model()
+    trainer.fit(model, data(), data())
+    trainer.validate(model, data())
+    trainer.test(model, data())
+    trainer.predict(model, DataLoader(torch.randn(12, 4), batch_size=4))
+    return trainer
+
+
+def test_quiet_when_the_stream_is_not_a_terminal(make_trainer, tiny_model, data, capsys, monkeypatch):
+    monkeypatch.delenv("TORCHPLUG_PROGRESS_BAR", raising=False)
+    stream = io.StringIO()
+    trainer = make_trainer(max_epochs=2, enable_progress_bar=True, num_sanity_val_steps=2,
+                           callbacks=[ProgressBar(stream=stream)])
+    trainer.fit(tiny_model(), data(), data())
+
+    assert stream.getvalue() == ""
+    assert capsys.readouterr() == ("", "")
+
+
+def test_the_default_bar_is_quiet_under_a_captured_stdout(make_trainer, tiny_model, data, capsys, monkeypatch):
+    monkeypatch.delenv("TORCHPLUG_PROGRESS_BAR", raising=False)
+    trainer = make_trainer(max_epochs=1, enable_progress_bar=None)
+    trainer.fit(tiny_model(), data(), data())
+
+    assert isinstance(trainer.progress_bar_callback, ProgressBar)
+    assert not trainer.progress_bar_callback.is_enabled
+    assert capsys.readouterr() == ("", "")
+
+
+def test_forced_bar_shows_loss_speed_version_and_prog_bar_metrics(tmp_path, make_trainer, tiny_model, data):
+    stream = io.StringIO()
+    run_everything(make_trainer, tiny_model, data, ProgressBar(force=True, stream=stream), num_sanity_val_steps=1,
+                   logger=CSVLogger(tmp_path))
+    out = stream.getvalue()
+
+    for text in ("Epoch 0", "Epoch 1", "8/8", "it/s", "loss=", "v_num=0", "train_loss_step=", "Sanity Checking",
+                 "Validation", "Testing", "Predicting"):
+        assert text in out, text
+
+
+@pytest.mark.parametrize(("setting", "stream_class", "shown"),
+                         [("1", io.StringIO, True), ("0", Terminal, False), ("", Terminal, True)],
+                         ids=["env-1-forces", "env-0-hides", "terminal"])
+def test_environment_variable_and_terminal(make_trainer, tiny_model, data, monkeypatch, setting, stream_class,
+                                           shown):
+    monkeypatch.setenv("TORCHPLUG_PROGRESS_BAR", setting)
+    stream = stream_class()
+    trainer = make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[ProgressBar(stream=stream)])
+    trainer.fit(tiny_model(), data())
+    assert ("Epoch 0" in stream.getvalue()) is shown
+
+
+def test_force_false_and_refresh_rate_0_hide_the_bar(make_trainer, tiny_model, data):
+    for bar in (ProgressBar(force=False, stream=Terminal()), ProgressBar(refresh_rate=0, stream=Terminal())):
+        make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[bar]).fit(tiny_model(), data())
+        assert bar.stream.getvalue() == ""
+
+
+def test_leave_keeps_one_bar_per_epoch(make_trainer, tiny_model, data):
+    bar = ProgressBar(force=True, leave=True, stream=io.StringIO())
+    make_trainer(max_epochs=3, enable_progress_bar=True, callbacks=[bar]).fit(tiny_model(), data())
+    lines = [line for line in bar.stream.getvalue().split("\n") if line.strip()]
+    assert [any(f"Epoch {e}" in line for line in lines) for e in range(3)] == [True, True, True]
+
+
+def test_results_table_after_validate_and_test_even_when_quiet(make_trainer, tiny_model, data, capsys):
+    bar = ProgressBar(stream=io.StringIO())
+    trainer = make_trainer(enable_progress_bar=True, callbacks=[bar])
+    model = tiny_model()
+    trainer.validate(model, data())
+    trainer.test(model, [data(), data(seed=1)])
+    out = capsys.readouterr().out
+
+    assert bar.stream.getvalue() == ""
+    assert "Validate metric" in out
+    assert "val_loss" in out
+    assert "Test metric" in out
+    assert "DataLoader 1" in out
+    assert out.count("test_loss") == 1  # one row, one column per dataloader
+
+
+def test_results_table_layout():
+    text = format_results([{"loss/dataloader_idx_0": 0.5, "acc/dataloader_idx_0": 1.0},
+                           {"loss/dataloader_idx_1": torch.tensor(0.25)}], "test")
+    lines = text.split("\n")
+    assert lines[1].split() == ["Test", "metric", "DataLoader", "0", "DataLoader", "1"]
+    assert lines[3].split() == ["acc", "1"]
+    assert lines[4].split() == ["loss", "0.5", "0.25"]
+    assert lines[0] == lines[2] == lines[-1] == "─" * len(lines[1])
+    assert format_results({}, "test") == ""
+    assert format_table(["a", "b"], [["x"]], rule="-").split("\n")[3] == "x"
+
+
+def test_results_table_falls_back_to_ascii():
+    class Ascii(io.StringIO):
+        encoding = "ascii"
+
+    stream = Ascii()
+    print_results({"val_loss": 0.125}, "validate", stream=stream)
+    assert stream.getvalue().startswith("-" * 10)
+    assert "0.125" in stream.getvalue()
+
+
+def test_per_step_cost_of_the_batch_hook(make_trainer, tiny_model, data, capsys):
+    """Benchmark-like: prints the cost of 3000 ``on_train_batch_end`` calls, quiet and shown (no assertion)."""
+    trainer = make_trainer(max_epochs=1, enable_progress_bar=False)
+    model = tiny_model()
+    trainer.fit(model, data())
+    calls = 3000
+
+    def per_call(bar: ProgressBar) -> float:
+        best = float("inf")
+        for _ in range(5):
+            start = time.perf_counter()
+            for index in range(calls):
+                bar.on_train_batch_end(trainer, model, None, None, index)
+            best = min(best, (time.perf_counter() - start) / calls)
+        return best * 1e6
+
+    quiet = ProgressBar(stream=io.StringIO())
+    shown = ProgressBar(force=True, stream=io.StringIO())
+    shown.train_bar = shown._new_bar("Epoch 0", calls * 5, leave=True, position=0,
+                                     postfix=lambda: shown._train_postfix(trainer))
+    quiet_us, shown_us = per_call(quiet), per_call(shown)
+    shown.train_bar.close()
+    with capsys.disabled():
+        print(f"\nProgressBar.on_train_batch_end: quiet {quiet_us:.2f} µs/step, shown {shown_us:.2f} µs/step")

@@ -1,0 +1,231 @@
+"""TorchCheckpointIO on real filesystems: round trips, safety of loading, and atomic saves (even under SIGKILL)."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+import torch
+
+from torchplug.io import TorchCheckpointIO
+
+
+class Hyperparameters:
+    """An arbitrary object: only a trusting load (``weights_only=False``) may unpickle it."""
+
+    def __init__(self, lr: float) -> None:
+        self.lr = lr
+
+
+class Unpicklable:
+    """Makes ``torch.save`` fail after it has started writing."""
+
+    def __reduce__(self) -> Any:
+        raise RuntimeError("this object refuses to be pickled")
+
+
+def make_checkpoint(seed: int = 0) -> dict[str, Any]:
+    generator = torch.Generator().manual_seed(seed)
+    return {
+        "state_dict": {"layer.weight": torch.randn(16, 8, generator=generator), "layer.bias": torch.zeros(16)},
+        "optimizer_states": [{"state": {0: {"step": torch.tensor(3.0)}}, "param_groups": [{"lr": 0.1, "params": [0]}]}],
+        "epoch": 2,
+        "global_step": 1234,
+        "loss": 0.25,
+        "nested": {"ints": [1, 2, 3], "tuple": (4, "five"), "empty": {}, "none": None},
+    }
+
+
+def assert_same(loaded: Any, expected: Any) -> None:
+    if isinstance(expected, torch.Tensor):
+        assert isinstance(loaded, torch.Tensor) and torch.equal(loaded, expected)
+    elif isinstance(expected, dict):
+        assert isinstance(loaded, dict) and loaded.keys() == expected.keys()
+        for key in expected:
+            assert_same(loaded[key], expected[key])
+    elif isinstance(expected, (list, tuple)):
+        assert type(loaded) is type(expected) and len(loaded) == len(expected)
+        for a, b in zip(loaded, expected):
+            assert_same(a, b)
+    else:
+        assert loaded == expected
+
+
+@pytest.fixture
+def memory_root() -> Iterator[str]:
+    root = f"/torchplug-test-{uuid.uuid4().hex[:8]}"
+    yield f"memory://{root}"
+    fs = fsspec.filesystem("memory")
+    if fs.exists(root):
+        fs.rm(root, recursive=True)
+
+
+@pytest.fixture(params=["local", "memory", "file-url"])
+def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """A directory URL on each real filesystem: the local disk, fsspec's memory, and ``file://`` URLs."""
+    if request.param == "local":
+        return str(tmp_path)
+    if request.param == "file-url":
+        return tmp_path.as_uri()
+    return str(request.getfixturevalue("memory_root"))
+
+
+def listing(root: str) -> list[str]:
+    fs, path = fsspec.core.url_to_fs(root)
+    return sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
+
+
+def test_round_trip_keeps_tensors_numbers_and_nesting(root: str) -> None:
+    io = TorchCheckpointIO()
+    checkpoint = make_checkpoint()
+    io.save_checkpoint(checkpoint, f"{root}/epoch=2.ckpt")
+    assert_same(io.load_checkpoint(f"{root}/epoch=2.ckpt"), checkpoint)
+    assert io.exists(f"{root}/epoch=2.ckpt")
+    assert listing(root) == ["epoch=2.ckpt"]  # no temporary file left behind
+
+
+def test_saving_over_an_existing_checkpoint_replaces_it(root: str) -> None:
+    io = TorchCheckpointIO()
+    io.save_checkpoint(make_checkpoint(seed=1), f"{root}/last.ckpt")
+    io.save_checkpoint(make_checkpoint(seed=2), f"{root}/last.ckpt")
+    assert_same(io.load_checkpoint(f"{root}/last.ckpt"), make_checkpoint(seed=2))
+    assert listing(root) == ["last.ckpt"]
+
+
+def test_missing_parent_directories_are_created(root: str) -> None:
+    io = TorchCheckpointIO()
+    io.save_checkpoint(make_checkpoint(), f"{root}/run/version_0/checkpoints/last.ckpt")
+    assert_same(io.load_checkpoint(f"{root}/run/version_0/checkpoints/last.ckpt"), make_checkpoint())
+
+
+def test_load_refuses_arbitrary_objects_unless_trusted(root: str) -> None:
+    io = TorchCheckpointIO()
+    io.save_checkpoint({"hparams": Hyperparameters(lr=0.1)}, f"{root}/model.ckpt")
+    with pytest.raises(pickle.UnpicklingError, match="Weights only load failed"):
+        io.load_checkpoint(f"{root}/model.ckpt")  # weights_only=True is the default
+    loaded = io.load_checkpoint(f"{root}/model.ckpt", weights_only=False)
+    assert isinstance(loaded["hparams"], Hyperparameters) and loaded["hparams"].lr == 0.1
+
+
+def test_load_of_a_missing_file_names_the_path(root: str) -> None:
+    with pytest.raises(FileNotFoundError, match=r"Checkpoint file not found: .*nowhere\.ckpt"):
+        TorchCheckpointIO().load_checkpoint(f"{root}/nowhere.ckpt")
+
+
+def test_remove_deletes_and_is_a_no_op_when_missing(root: str) -> None:
+    io = TorchCheckpointIO()
+    io.save_checkpoint(make_checkpoint(), f"{root}/old.ckpt")
+    io.remove_checkpoint(f"{root}/old.ckpt")
+    assert not io.exists(f"{root}/old.ckpt")
+    io.remove_checkpoint(f"{root}/old.ckpt")  # already gone: nothing happens
+
+
+def test_storage_options_are_refused_with_a_hint(tmp_path: Path) -> None:
+    with pytest.raises(TypeError, match=r"storage_options=\{'anon': True\} is not supported.*Hint:"):
+        TorchCheckpointIO().save_checkpoint(make_checkpoint(), str(tmp_path / "x.ckpt"), storage_options={"anon": True})
+    assert not (tmp_path / "x.ckpt").exists()
+
+
+def test_a_save_that_fails_midway_keeps_the_previous_checkpoint(root: str) -> None:
+    io = TorchCheckpointIO()
+    io.save_checkpoint(make_checkpoint(seed=1), f"{root}/last.ckpt")
+    broken = {"big": torch.ones(1_000_000), "then": Unpicklable()}  # the tensor data is written first
+    with pytest.raises(RuntimeError, match="refuses to be pickled"):
+        io.save_checkpoint(broken, f"{root}/last.ckpt")
+    assert_same(io.load_checkpoint(f"{root}/last.ckpt"), make_checkpoint(seed=1))
+    assert listing(root) == ["last.ckpt"]  # the temporary file is gone too
+
+
+def test_fsync_flushes_the_file_and_its_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    synced: list[bool] = []
+    real_fsync = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.isdir(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    io = TorchCheckpointIO(fsync=True)
+    io.save_checkpoint(make_checkpoint(), str(tmp_path / "durable.ckpt"))
+    assert_same(io.load_checkpoint(str(tmp_path / "durable.ckpt")), make_checkpoint())
+    assert synced == [False, True]  # the temporary file before the rename, the directory after it
+    assert repr(io) == "TorchCheckpointIO(fsync=True)"
+
+
+# -- a real SIGKILL in the middle of a save -----------------------------------------------------
+
+SAVE_LOOP = """
+    import sys, torch
+    from torchplug.io import TorchCheckpointIO
+
+    path = sys.argv[1]
+    io = TorchCheckpointIO()
+    for step in range(1, 10_000):
+        # 3 x 48 MB, every element equal to the step: a torn file would mix values or be cut short
+        checkpoint = {"step": step, "weights": [torch.full((12_000_000,), float(step)) for _ in range(3)]}
+        io.save_checkpoint(checkpoint, path)
+        print(step, flush=True)
+"""
+
+
+def _temporary_bytes(directory: Path) -> int:
+    total = 0
+    for p in directory.iterdir():
+        if p.name.startswith(".last.ckpt.tmp-"):
+            try:
+                total += p.stat().st_size
+            except FileNotFoundError:  # renamed meanwhile
+                pass
+    return total
+
+
+def _kill_while_writing(tmp_path: Path, kill_after_bytes: int) -> tuple[int, int, list[Path]]:
+    """Start the save loop; SIGKILL it once a temporary file holds ``kill_after_bytes``.
+
+    Returns the last step the child reported complete, the size of the final file, and the other files.
+    """
+    script = tmp_path / "save_loop.py"
+    script.write_text(textwrap.dedent(SAVE_LOOP))
+    target = tmp_path / "ckpt" / "last.ckpt"
+    proc = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # one save is complete: from now on the file must always load
+        assert first.strip() == "1", first
+        deadline = time.monotonic() + 60
+        while _temporary_bytes(target.parent) < kill_after_bytes:  # a later save is writing its temporary file
+            assert time.monotonic() < deadline, "the next save never started writing"
+            time.sleep(0.0005)
+        proc.send_signal(signal.SIGKILL)
+        rest = proc.communicate(timeout=30)[0]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    last_printed = int([first, *rest.split()][-1])
+    return last_printed, target.stat().st_size, [p for p in target.parent.iterdir() if p.name != "last.ckpt"]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after_mb", [1, 64, 128], ids=lambda mb: f"killed-after-{mb}MB-of-144MB")
+def test_sigkill_mid_save_leaves_the_last_complete_checkpoint(tmp_path: Path, kill_after_mb: int) -> None:
+    last_printed, size, leftovers = _kill_while_writing(tmp_path, kill_after_mb * 2**20)
+    loaded = TorchCheckpointIO().load_checkpoint(str(tmp_path / "ckpt" / "last.ckpt"))
+    # a save is complete when it returns; the killed one may have renamed its file just before printing
+    assert loaded["step"] in (last_printed, last_printed + 1)
+    assert len(loaded["weights"]) == 3
+    for weights in loaded["weights"]:
+        assert weights.numel() == 12_000_000 and bool((weights == float(loaded["step"])).all())
+    # the half-written temporary file may stay behind (hidden, never under the final name)
+    assert all(p.name.startswith(".last.ckpt.tmp-") and p.stat().st_size < size for p in leftovers)

@@ -1,0 +1,76 @@
+"""TensorBoardLogger: event files in the CSVLogger layout, and a clear error without tensorboard."""
+
+from __future__ import annotations
+
+import glob
+import importlib.util
+import os
+import sys
+
+import pytest
+import torch
+
+from torchplug.loggers import TensorBoardLogger
+
+HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
+needs_tensorboard = pytest.mark.skipif(not HAS_TENSORBOARD, reason="tensorboard is not installed "
+                                       "(pip install -c constraints.txt tensorboard)")
+
+
+def scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:
+    """Every scalar in the event files of ``log_dir``, read back with tensorboard's own reader."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(log_dir)
+    events.Reload()
+    return {tag: [(e.step, e.value) for e in events.Scalars(tag)] for tag in events.Tags()["scalars"]}
+
+
+def test_missing_tensorboard_is_a_clear_import_error(tmp_path, monkeypatch):
+    monkeypatch.setitem(sys.modules, "tensorboard", None)  # what Python does for a package that is not installed
+    with pytest.raises(ImportError, match=r"^TensorBoardLogger needs tensorboard\. Hint: pip install tensorboard$"):
+        TensorBoardLogger(tmp_path)
+
+
+@needs_tensorboard
+def test_missing_tensorboard_when_the_writer_is_created(tmp_path, monkeypatch):
+    logger = TensorBoardLogger(tmp_path)
+    monkeypatch.setitem(sys.modules, "tensorboard", None)
+    with pytest.raises(ImportError, match="Hint: pip install tensorboard"):
+        logger.experiment  # noqa: B018
+
+
+@needs_tensorboard
+def test_fit_writes_event_files_with_the_metrics(tmp_path, fit_with):
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    fit_with(logger)
+
+    assert logger.log_dir == f"{tmp_path}/tb/version_0"
+    assert glob.glob(f"{logger.log_dir}/events.out.tfevents.*")
+    values = scalars(logger.log_dir)
+    assert [step for step, _ in values["train_loss_step"]] == [2, 4, 6, 8, 10, 12, 14, 16]
+    assert [step for step, _ in values["train_loss_epoch"]] == [8, 16]
+    assert len(values["val_loss"]) == 2
+    assert values["hp_metric"] == [(0, -1.0)]
+    # Checkpoints go beside the events by default, as with CSVLogger.
+    assert os.listdir(f"{logger.log_dir}/checkpoints") == ["epoch=1-step=16.ckpt"]
+    with open(f"{logger.log_dir}/hparams.yaml") as stream:
+        assert "lr: 0.01" in stream.read()
+
+
+@needs_tensorboard
+def test_versions_prefix_and_sub_dir(tmp_path):
+    os.makedirs(tmp_path / "exp" / "version_3")
+    logger = TensorBoardLogger(tmp_path, name="exp", prefix="run", sub_dir="train", default_hp_metric=False)
+    assert logger.version == 4
+    logger.version = "custom"  # the Trainer sets rank 0's version on every process this way
+    assert logger.log_dir == f"{tmp_path}/exp/custom/train"
+
+    logger.log_metrics({"loss": torch.tensor(0.5), "pair": {"a": 1.0, "b": 2.0}}, step=3)
+    logger.log_hyperparams({"optimizer": {"name": "sgd", "lr": 0.1}, "layers": [1, 2]})
+    logger.finalize("success")
+
+    values = scalars(logger.log_dir)
+    assert values["run-loss"] == [(3, 0.5)]
+    assert "hp_metric" not in values
+    assert glob.glob(f"{logger.log_dir}/*pair*")  # add_scalars writes one sub-run per key

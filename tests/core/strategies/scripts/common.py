@@ -1,0 +1,223 @@
+"""What the distributed test scripts share: the model, the data, and callbacks that record each rank's view.
+
+The scripts run as real processes (re-run by the ``ddp`` launcher, spawned, forked, or started by
+``torchrun``), so everything a test checks is written to files under an output directory:
+
+* ``constructed_<pid>.json`` by every process that built the Trainer (the ranks it reports then);
+* ``started_rank<R>.json`` when rank R has joined the process group (its pid, parent pid and ranks);
+* ``rank<R>.json`` and ``rank<R>.pt`` at the end of fit (ranks, steps, metrics, weights and their hash);
+* ``main_<pid>.json`` by the code after ``trainer.fit`` in each process that reaches it (for spawn
+  and fork that is the caller only, whose model must hold the trained weights).
+
+The test process imports this module too (``tests.core.strategies.scripts.common``) to build the
+same model and data for its reference computation.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import torchplug
+from torchplug.callbacks.callback import Callback
+from torchplug.io.torch_io import TorchCheckpointIO
+
+SEED = 1234
+IN, HIDDEN = 32, 64
+
+
+def dataset(n: int = 64, seed: int = 7) -> TensorDataset:
+    """A fixed regression problem: ``n`` samples of 32 features and one target."""
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, IN, generator=generator)
+    w = torch.randn(IN, 1, generator=generator)
+    y = torch.tanh(x @ w) + 0.1 * torch.randn(n, 1, generator=generator)
+    return TensorDataset(x, y)
+
+
+def loader(n: int = 64, batch_size: int = 8, shuffle: bool = True) -> DataLoader[Any]:
+    """A plain DataLoader over :func:`dataset` (the Trainer adds the DistributedSampler)."""
+    return DataLoader(dataset(n), batch_size=batch_size, shuffle=shuffle)
+
+
+def mlp(unused: bool = False) -> torch.nn.Module:
+    """The MLP 32-64-64-1 the tests train (built after ``torch.manual_seed(SEED)`` for fixed weights)."""
+    return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN),
+                               torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+
+
+class Regressor(torchplug.Module):
+    """The MLP with MSE loss and SGD with momentum.
+
+    Args:
+        lr: Learning rate.
+        unused: Add a layer that never takes part in the loss (needs ``find_unused_parameters``).
+        crash_rank: The global rank whose ``training_step`` raises (-1: none).
+        crash_step: The global step at which it raises.
+        crash_how: ``"raise"`` an error, or ``"kill"`` the process with SIGKILL (no clean-up at all).
+        stall_rank: The global rank whose ``training_step`` at ``crash_step`` sleeps for an hour,
+            outside any collective (so it cannot notice that a peer has gone), -1: none.
+        log_sync: Also log ``rank_synced`` (with ``sync_dist=True``) and ``rank_local`` (without).
+        dropout: Drop this fraction of the inputs in training (so the result depends on the random state).
+    """
+
+    def __init__(self, lr: float = 0.05, unused: bool = False, crash_rank: int = -1, crash_step: int = -1,
+                 crash_how: str = "raise", stall_rank: int = -1, log_sync: bool = False,
+                 dropout: float = 0.0) -> None:
+        super().__init__()
+        self.save_hyperparameters()
+        torch.manual_seed(SEED)
+        self.net = mlp()
+        self.extra = torch.nn.Linear(HIDDEN, 1) if unused else None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if self.hparams.dropout:
+            x = torch.nn.functional.dropout(x, self.hparams.dropout, training=self.training)
+        return self.net(x)  # type: ignore[no-any-return]
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        rank = self.global_rank
+        if rank == self.hparams.stall_rank and self.global_step == self.hparams.crash_step:
+            time.sleep(3600)
+        if rank == self.hparams.crash_rank and self.global_step == self.hparams.crash_step:
+            if self.hparams.crash_how == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            raise RuntimeError(f"rank {rank} fails on purpose at step {self.global_step}")
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self(x), y)
+        self.log("train_loss", loss)
+        if self.hparams.log_sync:
+            value = torch.tensor(float(rank) + 10.0 * self.global_step)
+            self.log("rank_synced", value, sync_dist=True, on_step=True, on_epoch=True)
+            self.log("rank_local", value, on_step=True, on_epoch=True)
+        return loss
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
+
+
+def state_hash(state: dict[str, torch.Tensor]) -> str:
+    """A hash of the exact bytes of every tensor, in key order."""
+    digest = hashlib.sha256()
+    for key in sorted(state):
+        digest.update(key.encode())
+        digest.update(state[key].detach().cpu().contiguous().numpy().tobytes())
+    return digest.hexdigest()
+
+
+def write_json(path: Path, data: dict[str, Any]) -> None:
+    """Write ``data`` atomically (a reader never sees half a file)."""
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(json.dumps(data, indent=1, sort_keys=True, default=str))
+    os.replace(tmp, path)
+
+
+def ranks_of(trainer: Any) -> dict[str, Any]:
+    """What a process knows about its place in the run."""
+    environment = trainer.cluster_environment
+    return {
+        "global_rank": trainer.global_rank,
+        "local_rank": trainer.local_rank,
+        "node_rank": trainer.node_rank,
+        "num_nodes": trainer.num_nodes,
+        "world_size": trainer.world_size,
+        "environment": type(environment).__name__,
+        "strategy": repr(trainer.strategy),
+        "pid": os.getpid(),
+        "ppid": os.getppid(),
+    }
+
+
+class Recorder(Callback):
+    """Writes ``started_rank<R>.json`` at setup and ``rank<R>.json``/``.pt`` at the end of fit.
+
+    Args:
+        out: The output directory.
+        full_state: Gather the full state dict through the strategy (sharded strategies; a
+            collective, so every rank calls it) instead of reading the local module.
+    """
+
+    def __init__(self, out: str, full_state: bool = False) -> None:
+        self.out = Path(out)
+        self.full_state = full_state
+        self.batches_run = 0
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        self.batches_run += 1
+
+    def setup(self, trainer: Any, module: Any, stage: str) -> None:
+        write_json(self.out / f"started_rank{trainer.global_rank}.json", ranks_of(trainer))
+
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
+        rank = trainer.global_rank
+        if self.full_state:
+            state = trainer.strategy.module_state_dict()
+        else:
+            state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+        record = {
+            **ranks_of(trainer),
+            "global_step": trainer.global_step,
+            "epoch": trainer.current_epoch,
+            "batches_run": self.batches_run,
+            "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+            "logged_metrics": trainer.logged_metrics,
+            "hash": state_hash(state) if state else None,
+            "describe": trainer.describe(),
+        }
+        if state:
+            torch.save(state, self.out / f"rank{rank}.pt")
+        write_json(self.out / f"rank{rank}.json", record)
+
+
+class CountingCheckpointIO(TorchCheckpointIO):
+    """The torch checkpoint IO, appending ``<pid> <path>`` to a log file for every checkpoint written."""
+
+    def __init__(self, log_path: str) -> None:
+        super().__init__()
+        self.log_path = log_path
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None = None) -> None:
+        super().save_checkpoint(checkpoint, path, storage_options)
+        with open(self.log_path, "a") as log:
+            log.write(f"{os.getpid()} {path}\n")
+
+
+def write_main(out: str, trainer: Any, module: torch.nn.Module) -> None:
+    """Record, after ``trainer.fit`` returned, what this process's model holds.
+
+    After FSDP the parameters are still sharded (DTensors): they are gathered here, so every rank
+    must call this.
+    """
+    state = {}
+    for key, value in sorted(module.state_dict().items()):
+        value = value.full_tensor() if hasattr(value, "full_tensor") else value
+        state[key] = value.detach().cpu()
+    write_json(Path(out) / f"main_{os.getpid()}.json", {
+        "pid": os.getpid(),
+        "launched_by_us": "TORCHPLUG_PARENT_PID" in os.environ,
+        "global_step": trainer.global_step,
+        "hash": state_hash(state),
+        "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+        "checkpoint_dirpath": getattr(trainer.checkpoint_callback, "dirpath", None),
+        "last_model_path": getattr(trainer.checkpoint_callback, "last_model_path", None),
+        "best_model_path": getattr(trainer.checkpoint_callback, "best_model_path", None),
+    })
+
+
+def write_error(out: str, exc: BaseException) -> None:
+    """Record the error ``trainer.fit`` raised in this process."""
+    write_json(Path(out) / f"error_{os.getpid()}.json", {
+        "pid": os.getpid(),
+        "type": type(exc).__name__,
+        "message": str(exc),
+        "error_index": getattr(exc, "error_index", None),
+        "cause": type(exc.__cause__).__name__ if exc.__cause__ is not None else None,
+    })

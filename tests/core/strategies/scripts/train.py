@@ -1,0 +1,114 @@
+"""Train the test Regressor with a multi-process strategy; every rank records what it sees (see common.py).
+
+Run by the tests as ``python train.py --out DIR [options]``, directly (strategy="ddp" re-runs this
+same command line for rank 1), or under ``torchrun``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import torch
+
+import torchplug
+from torchplug.callbacks.callback import Callback
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import common
+
+
+def parse(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", required=True, help="directory for the records")
+    parser.add_argument("--strategy", default="ddp")
+    parser.add_argument("--devices", default="2")
+    parser.add_argument("--num-nodes", type=int, default=1)
+    parser.add_argument("--samples", type=int, default=64)
+    parser.add_argument("--batch-size", type=int, default=8)
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--max-steps", type=int, default=-1)
+    parser.add_argument("--unused", action="store_true", help="a model with a parameter outside the loss")
+    parser.add_argument("--crash-rank", type=int, default=-1)
+    parser.add_argument("--crash-step", type=int, default=-1)
+    parser.add_argument("--crash-how", choices=("raise", "kill"), default="raise",
+                        help="raise an error, or SIGKILL the process (no Python clean-up at all)")
+    parser.add_argument("--stall-rank", type=int, default=-1,
+                        help="this rank sleeps for an hour at --crash-step (stuck outside any collective)")
+    parser.add_argument("--catch", action="store_true", help="record the error fit raised in error_<pid>.json")
+    parser.add_argument("--log-sync", action="store_true")
+    parser.add_argument("--dropout", type=float, default=0.0)
+    parser.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --root")
+    parser.add_argument("--checkpoint", action="store_true", help="a ModelCheckpoint saving every step")
+    parser.add_argument("--default-ckpt-dir", action="store_true",
+                        help="--checkpoint without a dirpath: <log_dir>/checkpoints, decided at setup")
+    parser.add_argument("--count-writes", help="log file of every checkpoint write (through the CheckpointIO)")
+    parser.add_argument("--root", help="default_root_dir")
+    parser.add_argument("--log-every", type=int, default=1)
+    parser.add_argument("--wrap-linear", action="store_true", help="FSDP: shard each Linear on its own")
+    parser.add_argument("--start-method", default="popen", help="FSDP: how the processes start")
+    parser.add_argument("--accumulate", type=int, default=1)
+    parser.add_argument("--clip", type=float, default=None)
+    parser.add_argument("--save-ckpt", help="trainer.save_checkpoint(PATH) after fit, on every rank")
+    parser.add_argument("--resume", help="fit(ckpt_path=PATH)")
+    parser.add_argument("--full-state", action="store_true", help="gather the state dict through the strategy")
+    return parser.parse_args(argv)
+
+
+def strategy_of(args: argparse.Namespace) -> Any:
+    if args.strategy == "fsdp" and (args.wrap_linear or args.start_method != "popen"):
+        from torchplug.strategies.fsdp import FSDPStrategy
+
+        return FSDPStrategy(auto_wrap_policy={torch.nn.Linear} if args.wrap_linear else None,
+                            start_method=args.start_method)
+    return args.strategy
+
+
+def callbacks_of(args: argparse.Namespace) -> list[Callback]:
+    callbacks: list[Callback] = [common.Recorder(args.out, full_state=args.full_state)]
+    if args.checkpoint:
+        from torchplug.callbacks.model_checkpoint import ModelCheckpoint
+
+        dirpath = None if args.default_ckpt_dir else os.path.join(args.root, "ckpts")
+        callbacks.append(ModelCheckpoint(dirpath=dirpath, every_n_train_steps=1, save_top_k=-1, save_last=True))
+    return callbacks
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse(argv)
+    torch.set_num_threads(1)
+    logger: Any = False
+    if args.csv_logger:
+        from torchplug.loggers.csv_logs import CSVLogger
+
+        logger = CSVLogger(args.root)
+    plugins = [common.CountingCheckpointIO(args.count_writes)] if args.count_writes else None
+    devices = int(args.devices) if args.devices.isdigit() else args.devices
+    trainer = torchplug.Trainer(
+        accelerator="cpu", devices=devices, num_nodes=args.num_nodes, strategy=strategy_of(args), plugins=plugins,
+        max_epochs=args.epochs, max_steps=args.max_steps, logger=logger, callbacks=callbacks_of(args),
+        enable_checkpointing=args.checkpoint, enable_progress_bar=False, num_sanity_val_steps=0,
+        log_every_n_steps=args.log_every, accumulate_grad_batches=args.accumulate, gradient_clip_val=args.clip,
+        default_root_dir=args.root,
+    )
+    common.write_json(Path(args.out) / f"constructed_{os.getpid()}.json", {
+        "global_rank": trainer.global_rank, "world_size": trainer.world_size, "is_global_zero": trainer.is_global_zero})
+    model = common.Regressor(unused=args.unused, crash_rank=args.crash_rank, crash_step=args.crash_step,
+                             crash_how=args.crash_how, stall_rank=args.stall_rank, log_sync=args.log_sync,
+                             dropout=args.dropout)
+    try:
+        trainer.fit(model, common.loader(args.samples, args.batch_size), ckpt_path=args.resume)
+    except Exception as exc:
+        if args.catch:
+            common.write_error(args.out, exc)
+        raise
+    if args.save_ckpt:
+        trainer.save_checkpoint(args.save_ckpt)
+    common.write_main(args.out, trainer, model)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,213 @@
+"""DDP with two real processes on the CPU (gloo), through each launcher: the script re-run, spawn and fork.
+
+One run per launcher (cached for the module) trains the test Regressor for 2 epochs of 4 steps with
+a CSVLogger, a ModelCheckpoint saving every step into its default directory (the logger's
+``version_0/checkpoints``), a CheckpointIO that logs every write, and metrics logged with and
+without ``sync_dist``; the tests read what each rank recorded.
+"""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.core.strategies.runner import (
+    Run,
+    alive,
+    assert_close_states,
+    linux_only,
+    rank_records,
+    records,
+    reference_state,
+    train,
+)
+from tests.core.strategies.scripts.common import SEED, mlp
+
+pytestmark = [pytest.mark.slow, linux_only]
+
+LAUNCHERS = ["ddp", "ddp_spawn", "ddp_fork"]
+STEPS = 8  # 64 samples, 8 per rank and batch, 2 ranks: 4 steps per epoch, 2 epochs
+
+Launched = Callable[[str], tuple[Path, Run]]
+
+
+@pytest.fixture(scope="module")
+def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
+    """Train once per launcher (on first use) and return the output directory and the finished run."""
+    cache: dict[str, tuple[Path, Run]] = {}
+
+    def get(strategy: str) -> tuple[Path, Run]:
+        if strategy not in cache:
+            out = tmp_path_factory.mktemp(strategy)
+            result = train(out, "--strategy", strategy, "--root", str(out / "root"), "--csv-logger", "--checkpoint",
+                           "--default-ckpt-dir", "--count-writes", str(out / "writes.log"), "--log-sync")
+            assert result.returncode == 0, result.tail()
+            cache[strategy] = (out, result)
+        return cache[strategy]
+
+    return get
+
+
+def checkpoint_dir(out: Path) -> Path:
+    """Where ModelCheckpoint writes by default: ``<trainer.log_dir>/checkpoints``."""
+    return out / "root" / "torchplug_logs" / "version_0" / "checkpoints"
+
+
+@pytest.fixture(scope="module")
+def reference() -> dict[str, torch.Tensor]:
+    return reference_state(epochs=2)
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_every_rank_ends_with_the_weights_of_the_single_process_reference(
+        launched: Launched, reference: dict[str, torch.Tensor], strategy: str) -> None:
+    out, result = launched(strategy)
+    ranks = rank_records(out)
+    assert sorted(ranks) == [0, 1]
+    assert {r["world_size"] for r in ranks.values()} == {2}
+    assert [r["local_rank"] for r in ranks.values()] == [0, 1]
+    assert {r["global_step"] for r in ranks.values()} == {STEPS}
+    assert {r["batches_run"] for r in ranks.values()} == {STEPS}  # each rank ran its half of the data
+    assert ranks[0]["hash"] == ranks[1]["hash"], "the ranks ended with different weights"
+    # The reference sums both ranks' gradients in one process: the same arithmetic as DDP's
+    # average, so the weights agree to rounding (on this machine they are even bit-identical).
+    assert_close_states(torch.load(out / "rank0.pt"), reference)
+    assert not result.leftovers
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_ranks_are_known_from_trainer_construction_on(launched: Launched, strategy: str) -> None:
+    out, _ = launched(strategy)
+    built = records(out, "constructed_").values()
+    seen = sorted((r["global_rank"], r["world_size"], r["is_global_zero"]) for r in built)
+    # ddp: rank 1 runs the script again and builds its own Trainer; spawn/fork: only the caller builds one.
+    assert seen == ([(0, 2, True), (1, 2, False)] if strategy == "ddp" else [(0, 2, True)])
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_the_caller_holds_the_trained_weights(launched: Launched, strategy: str) -> None:
+    out, _ = launched(strategy)
+    mains = records(out, "main_")
+    trained = rank_records(out)[0]["hash"]
+    if strategy == "ddp":  # rank 0 is the caller; rank 1 runs the same script, so both get here
+        assert sorted(m["launched_by_us"] for m in mains.values()) == [False, True]
+    else:  # only the caller continues after fit(); the workers ended with the function
+        assert len(mains) == 1
+        caller = next(iter(mains.values()))
+        assert caller["pid"] not in {r["pid"] for r in records(out, "started_rank").values()}
+    directory = str(checkpoint_dir(out).resolve())
+    for main in mains.values():
+        assert main["hash"] == trained
+        assert main["global_step"] == STEPS
+        # The caller's ModelCheckpoint took over the directory its copy in rank 0 decided, and its files.
+        assert main["checkpoint_dirpath"] == directory
+        assert main["last_model_path"] == f"{directory}/last.ckpt"
+        assert main["best_model_path"] == f"{directory}/epoch=1-step={STEPS}.ckpt"
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_no_warning_is_printed(launched: Launched, strategy: str) -> None:
+    # In particular, the caller of spawned workers restores its ModelCheckpoint without complaint.
+    _, result = launched(strategy)
+    assert "UserWarning" not in result.output, result.tail()
+
+
+def test_the_three_launchers_give_bit_identical_weights(launched: Launched) -> None:
+    hashes = {strategy: rank_records(launched(strategy)[0])[0]["hash"] for strategy in LAUNCHERS}
+    assert len(set(hashes.values())) == 1, hashes
+
+
+def test_the_three_launchers_agree_with_dropout_too(tmp_path: Path) -> None:
+    # Each rank draws dropout masks from the random state it starts fit() with: the script's own for
+    # ddp, the caller's for fork, and the caller's sent along for spawn. All three must agree.
+    hashes = {}
+    for strategy in LAUNCHERS:
+        result = train(tmp_path / strategy, "--strategy", strategy, "--dropout", "0.2")
+        assert result.returncode == 0, result.tail()
+        ranks = rank_records(tmp_path / strategy)
+        assert ranks[0]["hash"] == ranks[1]["hash"]
+        hashes[strategy] = ranks[0]["hash"]
+    assert len(set(hashes.values())) == 1, hashes
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_logs_are_written_once_by_rank_zero(launched: Launched, strategy: str) -> None:
+    out, _ = launched(strategy)
+    logs = out / "root" / "torchplug_logs"
+    assert sorted(p.name for p in logs.iterdir()) == ["version_0"]
+    with open(logs / "version_0" / "metrics.csv", newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    step_rows = [row for row in rows if row.get("train_loss")]
+    epoch_rows = [row for row in rows if row.get("rank_synced_epoch")]
+    assert [int(row["step"]) for row in step_rows] == list(range(1, STEPS + 1))
+    assert [int(row["step"]) for row in epoch_rows] == [STEPS // 2, STEPS]
+    assert len(rows) == len(step_rows) + len(epoch_rows)
+    # Rank 0's own values: its unsynced metric is its rank-0 value.
+    assert [float(row["rank_local_step"]) for row in step_rows] == [10.0 * s for s in range(STEPS)]
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_each_checkpoint_is_written_once_by_rank_zero(launched: Launched, strategy: str) -> None:
+    out, _ = launched(strategy)
+    writes = [line.split(" ", 1) for line in (out / "writes.log").read_text().splitlines()]
+    rank0_pid = records(out, "started_rank")["0"]["pid"]
+    assert {int(pid) for pid, _ in writes} == {rank0_pid}
+    counts = Counter(Path(path).name for _, path in writes)
+    assert counts.pop("last.ckpt") == STEPS  # rewritten at every save point
+    assert counts == {f"epoch={(s - 1) // 4}-step={s}.ckpt": 1 for s in range(1, STEPS + 1)}
+    files = sorted(p.name for p in checkpoint_dir(out).iterdir())
+    assert files == sorted([*counts, "last.ckpt"])  # no temporary file left, nothing from rank 1
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_sync_dist_gives_every_rank_the_mean_over_ranks(launched: Launched, strategy: str) -> None:
+    out, _ = launched(strategy)
+    ranks = rank_records(out)
+    last = 10.0 * (STEPS - 1)  # each rank logs rank + 10 × step; the last step is STEPS - 1
+    second_epoch = 10.0 * sum(range(STEPS // 2, STEPS)) / (STEPS // 2)
+    for rank, record in ranks.items():
+        metrics = record["callback_metrics"]
+        assert metrics["rank_synced_step"] == pytest.approx(last + 0.5)
+        assert metrics["rank_synced_epoch"] == pytest.approx(second_epoch + 0.5)
+        assert metrics["rank_local_step"] == pytest.approx(last + rank)
+        assert metrics["rank_local_epoch"] == pytest.approx(second_epoch + rank)
+    if strategy != "ddp":  # the caller got rank 0's metrics back from the workers
+        caller = next(iter(records(out, "main_").values()))
+        assert caller["callback_metrics"]["rank_synced_epoch"] == pytest.approx(second_epoch + 0.5)
+        assert caller["callback_metrics"]["rank_local_epoch"] == pytest.approx(second_epoch)
+
+
+@pytest.mark.parametrize("strategy", LAUNCHERS)
+def test_no_process_is_left(launched: Launched, strategy: str) -> None:
+    out, result = launched(strategy)
+    assert not result.leftovers
+    assert not [r["pid"] for r in records(out, "started_rank").values() if alive(r["pid"])]
+
+
+def test_find_unused_parameters_true_trains_a_model_with_an_unused_layer(tmp_path: Path,
+                                                                          reference: dict[str, torch.Tensor]) -> None:
+    result = train(tmp_path, "--strategy", "ddp_find_unused_parameters_true", "--unused")
+    assert result.returncode == 0, result.tail()
+    ranks = rank_records(tmp_path)
+    assert ranks[0]["hash"] == ranks[1]["hash"]
+    assert ranks[0]["strategy"] == "DDPStrategy(start_method='popen', find_unused_parameters=True)"
+    state = torch.load(tmp_path / "rank0.pt")
+    with torch.random.fork_rng(devices=[]):  # the unused layer keeps its initial weights: build it as Regressor does
+        torch.manual_seed(SEED)
+        mlp()
+        untouched = torch.nn.Linear(64, 1)
+    assert torch.equal(state.pop("extra.weight"), untouched.weight.detach())
+    state.pop("extra.bias")
+    assert_close_states(state, reference)
+
+
+def test_an_unused_parameter_without_find_unused_parameters_fails_cleanly(tmp_path: Path) -> None:
+    result = train(tmp_path, "--strategy", "ddp", "--unused")
+    assert result.returncode != 0
+    assert "find_unused_parameters" in result.output  # DDP's own hint reaches the user
+    assert not result.leftovers

@@ -1,0 +1,307 @@
+"""The loop arguments (limits, validation schedule, accumulation, clipping, schedulers), logging, and hooks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+import torchplug
+from tests.core.trainer.models import BlobData, Classifier, blobs, quiet
+
+TrainerArgs = Callable[..., dict[str, Any]]
+
+
+class Recorder(torchplug.Callback):
+    """Records every hook call as (hook, global_step) and the validation runs."""
+
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+        self.validations: list[tuple[int, int]] = []
+
+    def on_train_epoch_start(self, trainer: Any, module: Any) -> None:
+        self.calls.append("train_epoch_start")
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        self.calls.append("train_epoch_end")
+
+    def on_validation_start(self, trainer: Any, module: Any) -> None:
+        self.calls.append("sanity_start" if trainer.sanity_checking else "validation_start")
+        if not trainer.sanity_checking:
+            self.validations.append((trainer.current_epoch, trainer.fit_loop.progress.batches_done))
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        self.calls.append("train_start")
+
+    def on_train_end(self, trainer: Any, module: Any) -> None:
+        self.calls.append("train_end")
+
+    def on_fit_start(self, trainer: Any, module: Any) -> None:
+        self.calls.append("fit_start")
+
+    def on_fit_end(self, trainer: Any, module: Any) -> None:
+        self.calls.append("fit_end")
+
+
+def _fit(trainer_kwargs: dict[str, Any], model: torchplug.Module | None = None,
+         data: Any = None) -> tuple[torchplug.Trainer, Recorder]:
+    recorder = Recorder()
+    torch.manual_seed(0)
+    trainer = torchplug.Trainer(**quiet(callbacks=[recorder], **trainer_kwargs))
+    trainer.fit(model or Classifier(), datamodule=data or BlobData())
+    return trainer, recorder
+
+
+def test_hook_order_of_a_fit() -> None:
+    _, recorder = _fit({"max_epochs": 2, "num_sanity_val_steps": 2})
+    assert recorder.calls == ["fit_start", "sanity_start", "train_start",
+                              "train_epoch_start", "validation_start", "train_epoch_end",
+                              "train_epoch_start", "validation_start", "train_epoch_end", "train_end", "fit_end"]
+
+
+@pytest.mark.parametrize(("kwargs", "steps", "epochs"), [
+    ({"max_steps": 20}, 20, 2),
+    ({"max_epochs": 2, "limit_train_batches": 5}, 10, 2),
+    ({"max_epochs": 2, "limit_train_batches": 0.25}, 8, 2),
+    ({"max_epochs": 1, "accumulate_grad_batches": 4}, 4, 1),
+    ({"max_epochs": 1, "accumulate_grad_batches": 5}, 4, 1),  # 16 batches: 3 full groups + the last partial one
+    ({"fast_dev_run": True}, 1, 1),
+    ({"fast_dev_run": 3}, 3, 1),
+])
+def test_steps_and_epochs(kwargs: dict[str, Any], steps: int, epochs: int) -> None:
+    trainer, _ = _fit(kwargs)
+    assert trainer.global_step == steps
+    assert trainer.current_epoch == epochs
+
+
+@pytest.mark.parametrize(("kwargs", "validations"), [
+    ({"max_epochs": 2}, [(0, 16), (1, 16)]),
+    ({"max_epochs": 1, "val_check_interval": 0.25}, [(0, 4), (0, 8), (0, 12), (0, 16)]),
+    ({"max_epochs": 1, "val_check_interval": 5}, [(0, 5), (0, 10), (0, 15)]),
+    ({"max_epochs": 4, "check_val_every_n_epoch": 2}, [(1, 16), (3, 16)]),
+    ({"max_epochs": 2, "val_check_interval": 10, "check_val_every_n_epoch": None}, [(0, 10), (1, 4), (1, 14)]),
+    ({"max_epochs": 2, "limit_val_batches": 0}, []),
+])
+def test_validation_schedule(kwargs: dict[str, Any], validations: list[tuple[int, int]]) -> None:
+    _, recorder = _fit(kwargs)
+    assert recorder.validations == validations
+
+
+def test_sanity_check_runs_before_training_and_is_not_reported() -> None:
+    seen: list[int] = []
+    after_sanity: list[dict[str, Any]] = []
+
+    class CountVal(Classifier):
+        def validation_step(self, batch: Any, batch_idx: int) -> None:
+            seen.append(batch_idx)
+            super().validation_step(batch, batch_idx)
+
+        def on_train_start(self) -> None:
+            after_sanity.append(dict(self.trainer.callback_metrics))
+
+    _, recorder = _fit({"max_epochs": 1, "num_sanity_val_steps": 1}, model=CountVal())
+    assert recorder.calls[:2] == ["fit_start", "sanity_start"]
+    assert seen == [0, 0, 1]  # one sanity batch, then the two real validation batches
+    assert after_sanity == [{}]  # the sanity check's values reach no callback and no logger
+
+
+def test_epoch_metrics_are_batch_size_weighted_means() -> None:
+    class LogSize(Classifier):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("size", float(len(batch[0])), on_step=False, on_epoch=True)
+            return super().training_step(batch, batch_idx)
+
+    trainer, _ = _fit({"max_epochs": 1}, model=LogSize(), data=BlobData(batch_size=100))
+    # batches of 100, 100, 100, 100, 100, 12: the weighted mean of the sizes is sum(s*s)/sum(s)
+    sizes = [100] * 5 + [12]
+    assert trainer.callback_metrics["size"].item() == pytest.approx(sum(s * s for s in sizes) / sum(sizes))
+
+
+def test_on_step_and_on_epoch_give_two_keys(tmp_path: Any) -> None:
+    class Both(Classifier):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = super().training_step(batch, batch_idx)
+            self.log("both", loss, on_step=True, on_epoch=True)
+            return loss
+
+    trainer, _ = _fit({"max_epochs": 1}, model=Both())
+    assert {"both_step", "both_epoch", "both"} <= set(trainer.callback_metrics)
+    assert trainer.callback_metrics["both"] is not None
+
+
+@pytest.mark.parametrize(("value", "error", "message"), [
+    (torch.ones(3), ValueError, "needs one number, got a tensor of shape (3,)"),
+    ("high", TypeError, "needs a number or a one-element tensor, got str"),
+])
+def test_log_rejects_values_it_cannot_record(value: Any, error: type[Exception], message: str) -> None:
+    class Bad(Classifier):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.log("bad", value)
+            return super().training_step(batch, batch_idx)
+
+    with pytest.raises(error) as info:
+        _fit({"max_steps": 1}, model=Bad())
+    assert message in str(info.value)
+
+
+def test_log_outside_a_trainer_warns_once() -> None:
+    model = Classifier()
+    with pytest.warns(UserWarning, match="outside a Trainer run"):
+        model.log("x", 1.0)
+
+
+def test_gradient_clipping_by_norm_bounds_the_update() -> None:
+    norms: list[float] = []
+
+    class Watch(torchplug.Callback):
+        def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
+            grads = [p.grad for p in module.parameters() if p.grad is not None]
+            norms.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+
+    trainer = torchplug.Trainer(**quiet(max_steps=10, gradient_clip_val=0.01, callbacks=[Watch()]))
+    trainer.fit(Classifier(), datamodule=BlobData())
+    assert len(norms) == 10 and max(norms) <= 0.01 + 1e-6
+
+
+@pytest.mark.parametrize(("scheduler", "expected_lr"), [("step", 0.05 * 0.5 ** 3), ("epoch", 0.05 * 0.8 ** 2)])
+def test_schedulers_step_at_their_interval(scheduler: str, expected_lr: float) -> None:
+    trainer, _ = _fit({"max_epochs": 2 if scheduler == "epoch" else 1, "limit_train_batches": 16 if
+                       scheduler == "epoch" else 15}, model=Classifier(scheduler=scheduler))
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(expected_lr)
+
+
+def test_reduce_on_plateau_needs_a_logged_monitor() -> None:
+    class Plateau(Classifier):
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "nope"}}
+
+    with pytest.raises(torchplug.MisconfigurationError, match="ReduceLROnPlateau monitors 'nope', which was not "
+                                                              "logged"):
+        _fit({"max_epochs": 1}, model=Plateau())
+
+
+def test_manual_optimization() -> None:
+    class Manual(Classifier):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(self(batch[0]), batch[1])
+            self.manual_backward(loss)
+            optimizer.step()
+            return loss
+
+    trainer, _ = _fit({"max_epochs": 3}, model=Manual())
+    assert trainer.global_step == 48
+    (result,) = trainer.validate(datamodule=BlobData())
+    assert result["val_acc"] > 0.9
+
+
+def test_two_optimizers_need_manual_optimization() -> None:
+    class Two(Classifier):
+        def configure_optimizers(self) -> Any:
+            return [torch.optim.SGD(self.parameters(), lr=0.1), torch.optim.Adam(self.parameters())]
+
+    with pytest.raises(torchplug.MisconfigurationError, match=r"set self\.automatic_optimization = False"):
+        _fit({"max_steps": 1}, model=Two())
+
+
+@pytest.mark.parametrize(("returned", "message"), [
+    ("adam", "configure_optimizers() returned str"),
+    ({"optimizer": None, "bogus": 1}, "dict has keys ['bogus', 'optimizer']"),
+])
+def test_bad_configure_optimizers_output(returned: Any, message: str) -> None:
+    class Bad(Classifier):
+        def configure_optimizers(self) -> Any:
+            return returned
+
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        _fit({"max_steps": 1}, model=Bad())
+    assert message in str(info.value)
+
+
+def test_training_step_returning_none_skips_the_step() -> None:
+    class Skip(Classifier):
+        def training_step(self, batch: Any, batch_idx: int) -> Any:
+            return None if batch_idx % 2 else super().training_step(batch, batch_idx)
+
+    trainer, _ = _fit({"max_epochs": 1}, model=Skip())
+    assert trainer.global_step == 8
+
+
+def test_early_end_of_epoch_from_on_train_batch_start() -> None:
+    class Stop(Classifier):
+        def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any:
+            return -1 if batch_idx == 3 else None
+
+    trainer, _ = _fit({"max_epochs": 2}, model=Stop())
+    assert trainer.global_step == 6
+
+
+def test_should_stop_respects_min_epochs() -> None:
+    class StopEarly(torchplug.Callback):
+        def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+            trainer.should_stop = True
+
+    trainer = torchplug.Trainer(**quiet(max_epochs=10, min_epochs=3, callbacks=[StopEarly()]))
+    trainer.fit(Classifier(), datamodule=BlobData())
+    assert trainer.current_epoch == 3
+
+
+class _Stream(IterableDataset[Any]):
+    def __iter__(self) -> Any:
+        data = blobs(96)
+        return iter(zip(data.tensors[0].split(32), data.tensors[1].split(32)))
+
+
+def test_loader_without_a_length_runs_to_exhaustion_and_validates_at_epoch_end() -> None:
+    recorder = Recorder()
+    trainer = torchplug.Trainer(**quiet(max_epochs=2, callbacks=[recorder], accumulate_grad_batches=2))
+    val = DataLoader(blobs(64), batch_size=32)
+    trainer.fit(Classifier(), DataLoader(_Stream(), batch_size=None), val)
+    assert trainer.global_step == 4  # 3 batches per epoch: one full group of 2, then the leftover one
+    assert [epoch for epoch, _ in recorder.validations] == [0, 1]
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"max_epochs": 0}, "max_epochs=0 is not valid: give a positive int or one of (None, -1)."),
+    ({"accumulate_grad_batches": 0}, "accumulate_grad_batches=0 is not valid"),
+    ({"gradient_clip_algorithm": "max"}, "gradient_clip_algorithm='max': choose 'norm' or 'value'."),
+    ({"num_sanity_val_steps": -2}, "num_sanity_val_steps=-2: give an int >= 0, or -1 for all batches."),
+    ({"deterministic": "sometimes"}, "deterministic='sometimes': choose True, False or 'warn'."),
+    ({"callbacks": [object()]}, "which is not a torchplug Callback"),
+])
+def test_bad_trainer_arguments(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        torchplug.Trainer(**quiet(**kwargs))
+    assert message in str(info.value)
+
+
+@pytest.mark.parametrize(("kwargs", "message"), [
+    ({"limit_train_batches": 1.5}, "limit_train_batches=1.5: a float is a fraction of the batches, at most 1.0."),
+    ({"val_check_interval": 100}, "val_check_interval=100 is more than the 16 training batches of an epoch"),
+    ({"limit_train_batches": 0.01}, "limit_train_batches=0.01 of 16 batches is less than one batch"),
+])
+def test_bad_loop_arguments_fail_at_fit(kwargs: dict[str, Any], message: str) -> None:
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        _fit({"max_epochs": 1, **kwargs})
+    assert message in str(info.value)
+
+
+def test_fit_without_training_data_says_where_to_put_it() -> None:
+    trainer = torchplug.Trainer(**quiet(max_epochs=1))
+    with pytest.raises(torchplug.MisconfigurationError, match="fit\\(\\) needs training data"):
+        trainer.fit(Classifier())
+
+
+def test_estimated_stepping_batches() -> None:
+    trainer, _ = _fit({"max_epochs": 3, "accumulate_grad_batches": 3})
+    assert trainer.estimated_stepping_batches == 3 * 6

@@ -1,0 +1,126 @@
+"""An interrupted run, resumed from its checkpoint, ends with exactly the weights of an uninterrupted run."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+
+import torchplug
+from tests.core.trainer.models import BlobData, Classifier, quiet, weights
+
+
+class Interrupt(Exception):
+    """Stands in for a crash or a preemption."""
+
+
+class SaveAndCrash(torchplug.Callback):
+    """Writes a checkpoint at a chosen point of training, then crashes the run."""
+
+    def __init__(self, path: Path, step: int | None = None, hook: str = "on_train_batch_end") -> None:
+        self.path, self.step, self.hook = path, step, hook
+
+    def _maybe(self, trainer: torchplug.Trainer) -> None:
+        if self.step is None or trainer.global_step == self.step:
+            trainer.save_checkpoint(self.path)
+            raise Interrupt(f"crashed after writing {self.path}")
+
+    def on_train_batch_end(self, trainer: Any, module: Any, outputs: Any, batch: Any, batch_idx: int) -> None:
+        if self.hook == "on_train_batch_end":
+            self._maybe(trainer)
+
+    def on_validation_end(self, trainer: Any, module: Any) -> None:
+        if self.hook == "on_validation_end" and not trainer.sanity_checking:
+            self._maybe(trainer)
+
+    def on_train_epoch_end(self, trainer: Any, module: Any) -> None:
+        if self.hook == "on_train_epoch_end":
+            self._maybe(trainer)
+
+
+def _run(model_kwargs: dict[str, Any], trainer_kwargs: dict[str, Any], data_kwargs: dict[str, Any],
+         callbacks: list[Any] | None = None, ckpt_path: str | None = None) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    model = Classifier(**model_kwargs)
+    torch.manual_seed(1234)  # the run's own random stream (shuffling, dropout) starts here
+    trainer = torchplug.Trainer(**quiet(callbacks=callbacks or [], **trainer_kwargs))
+    trainer.fit(model, datamodule=BlobData(**data_kwargs), ckpt_path=ckpt_path)
+    return weights(model)
+
+
+SCENARIOS = {
+    "mid-epoch": ({}, {"max_epochs": 3}, {}, {"step": 21}),
+    "epoch-boundary": ({}, {"max_epochs": 3}, {}, {"step": 16}),
+    "at-validation-end": ({}, {"max_epochs": 3, "val_check_interval": 0.5}, {}, {"step": 24,
+                                                                                 "hook": "on_validation_end"}),
+    "at-epoch-end": ({}, {"max_epochs": 3}, {}, {"step": 32, "hook": "on_train_epoch_end"}),
+    "step-scheduler": ({"scheduler": "step"}, {"max_epochs": 3}, {}, {"step": 13}),
+    "epoch-scheduler": ({"scheduler": "epoch"}, {"max_epochs": 3}, {}, {"step": 20}),
+    "mid-accumulation": ({}, {"max_epochs": 2, "accumulate_grad_batches": 3}, {}, {"step": 4}),
+    "16-mixed-scaler": ({}, {"max_epochs": 2, "precision": "16-mixed"}, {}, {"step": 11}),
+    "clipping-and-limits": ({}, {"max_epochs": 3, "gradient_clip_val": 0.5, "limit_train_batches": 10}, {},
+                            {"step": 15}),
+}
+
+
+@pytest.mark.parametrize("scenario", list(SCENARIOS))
+def test_resumed_run_equals_uninterrupted_bit_for_bit(scenario: str, tmp_path: Path) -> None:
+    model_kwargs, trainer_kwargs, data_kwargs, crash = SCENARIOS[scenario]
+    reference = _run(model_kwargs, trainer_kwargs, data_kwargs)
+
+    path = tmp_path / "interrupted.ckpt"
+    with pytest.raises(Interrupt):
+        _run(model_kwargs, trainer_kwargs, data_kwargs, callbacks=[SaveAndCrash(path, **crash)])
+    assert path.exists()
+    resumed = _run(model_kwargs, trainer_kwargs, data_kwargs, ckpt_path=str(path))
+
+    assert reference.keys() == resumed.keys()
+    mismatched = [k for k in reference if not torch.equal(reference[k], resumed[k])]
+    assert not mismatched, f"{scenario}: weights differ in {mismatched}"
+
+
+def test_mid_accumulation_checkpoint_carries_the_gradients(tmp_path: Path) -> None:
+    path = tmp_path / "acc.ckpt"
+    with pytest.raises(Interrupt):
+        _run({}, {"max_epochs": 1, "accumulate_grad_batches": 3}, {}, callbacks=[SaveAndCrash(path, step=1)])
+    checkpoint = torch.load(path, weights_only=True)
+    assert checkpoint["loops"]["fit"]["batches_done"] == 3  # saved right after the step: nothing pending
+    assert "accumulated_gradients" not in checkpoint
+
+
+def test_resume_skips_finished_batches_without_loading_them(tmp_path: Path) -> None:
+    loaded: list[int] = []
+
+    class Counting(torch.utils.data.Dataset[Any]):
+        def __init__(self, base: Any) -> None:
+            self.base = base
+
+        def __len__(self) -> int:
+            return len(self.base)
+
+        def __getitem__(self, index: int) -> Any:
+            loaded.append(index)
+            return self.base[index]
+
+    class CountingData(BlobData):
+        def setup(self, stage: str) -> None:
+            super().setup(stage)
+            self.train_set = Counting(self.train_set)
+
+    torch.manual_seed(0)
+    path = tmp_path / "skip.ckpt"
+    trainer = torchplug.Trainer(**quiet(max_epochs=1, callbacks=[SaveAndCrash(path, step=10)]))
+    with pytest.raises(Interrupt):
+        trainer.fit(Classifier(), datamodule=CountingData())
+    loaded.clear()
+    torchplug.Trainer(**quiet(max_epochs=1)).fit(Classifier(), datamodule=CountingData(), ckpt_path=str(path))
+    assert len(loaded) == 512 - 10 * 32  # only the batches after the checkpoint were read
+
+
+def test_fit_with_a_missing_checkpoint_names_it(trainer_args: Callable[..., Any], tmp_path: Path) -> None:
+    trainer = torchplug.Trainer(**trainer_args(max_epochs=1))
+    with pytest.raises(FileNotFoundError, match=r"nope\.ckpt"):
+        trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=str(tmp_path / "nope.ckpt"))
