@@ -9,13 +9,21 @@ from typing import Final
 
 from torchplug._errors import PluginError, PluginSettingsError
 
-__all__ = ["EXIT_CODES", "main"]
+__all__ = ["EXIT_CODES", "TRAINING_COMMANDS", "main"]
 
 EXIT_CODES: Final = """exit codes:
   0  success
   1  something is broken: a plugin failed to load or (with --check) a class failed to import,
      or TORCHPLUG_STRICT_PLUGINS=1 and a plugin failed
   2  usage error: unknown option, kind or name, or a bad TORCHPLUG_* variable"""
+
+#: The training subcommands, parsed by jsonargparse in :mod:`torchplug.cli.trainer_cli` (imported only for them).
+TRAINING_COMMANDS: Final = {
+    "fit": "train a model, validating it as configured",
+    "validate": "run one validation epoch",
+    "test": "run the test set",
+    "predict": "run predict_step over the predict data",
+}
 
 
 def _version() -> str:
@@ -26,7 +34,7 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser of ``core`` (training subcommands are parsed by jsonargparse)."""
-    from torchplug.cli import _plugins
+    from torchplug.cli import _env, _plugins
 
     parser = argparse.ArgumentParser(
         prog="core",
@@ -36,13 +44,20 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=_version())
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, help_text in TRAINING_COMMANDS.items():  # listed here; run_command parses them
+        commands.add_parser(name, help=f"{help_text} (core {name} --help)", add_help=False)
     _plugins.add_parser(commands)
+    _env.add_parser(commands)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the ``core`` command with ``argv`` (default: ``sys.argv[1:]``) and return the exit code."""
     args_list = list(sys.argv[1:] if argv is None else argv)
+    if args_list and args_list[0] in TRAINING_COMMANDS:
+        from torchplug.cli.trainer_cli import run_command
+
+        return run_command(args_list)
     parser = build_parser()
     args = parser.parse_args(args_list)
     if args.command is None:

@@ -1,0 +1,418 @@
+r"""``core fit | validate | test | predict`` and :class:`TrainerCLI`: train from the command line and YAML files.
+
+Built on jsonargparse, as Lightning's ``LightningCLI`` is, so its options read the same::
+
+    core fit --model=examples.digits.DigitsClassifier --model.lr=0.01 \
+             --data=examples.digits.DigitsDataModule --trainer.accelerator=cpu --trainer.devices=2
+
+``--trainer.*`` is built from the Trainer's signature, so it covers every Trainer argument.
+Accelerators, strategies, precisions and plugins are chosen by registry name, checked against
+the registries of this process (so a plugin installed after the fact is accepted by name) and
+never against a fixed list of choices.
+
+Differences from Lightning 2.x, each on purpose:
+
+- Bad input exits with code 2 and one readable message that names the option, with no
+  traceback: also for Trainer arguments that do not fit together (Lightning shows a traceback).
+- ``--resolve`` prints how the hardware arguments were resolved (``trainer.describe()``) and exits.
+- ``core`` imports class paths with the current directory first on ``sys.path``, as
+  ``python -m`` does, so ``--model=mypackage.MyModel`` finds ``./mypackage``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import importlib
+import inspect
+import os
+import re
+import sys
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, Final, NoReturn
+
+from jsonargparse import ArgumentParser, Namespace
+
+from torchplug._errors import MisconfigurationError, PluginError
+from torchplug._host import plugin_host
+from torchplug.callbacks.callback import Callback
+from torchplug.cli._main import TRAINING_COMMANDS
+from torchplug.cli._parser import HelpFormatter, Parser, check_config_files
+from torchplug.core.datamodule import DataModule
+from torchplug.core.module import Module
+from torchplug.trainer.trainer import Trainer
+from torchplug.utilities.seed import seed_everything
+
+__all__ = ["EXIT_CODES", "SUBCOMMANDS", "TrainerCLI", "run_command"]
+
+#: The subcommands, each named after the Trainer method it runs.
+SUBCOMMANDS: Final = TRAINING_COMMANDS
+
+EXIT_CODES: Final = """exit codes:
+  0  success (also --help, --print_config and --resolve)
+  1  the run failed: an error raised by the model, the data or a plugin while running (its traceback is shown)
+  2  usage error, shown without a traceback: an unknown option, registry name or class path, a bad value,
+     an unreadable config file, or Trainer arguments that do not fit together"""
+
+#: Trainer arguments that take registry names, with the registries that hold them.
+_NAMED: Final[dict[str, tuple[str, ...]]] = {
+    "accelerator": ("accelerator",),
+    "strategy": ("strategy",),
+    "precision": ("precision",),
+    "plugins": ("precision", "checkpoint_io", "cluster_environment"),
+}
+
+#: Classes imported up front so that their short names work: ``--trainer.callbacks+=EarlyStopping``.
+_SHORT_NAMES: Final = (
+    "torchplug.callbacks.model_checkpoint", "torchplug.callbacks.early_stopping", "torchplug.callbacks.lr_monitor",
+    "torchplug.callbacks.progress", "torchplug.loggers.csv_logs", "torchplug.loggers.tensorboard",
+)
+
+#: ``name=`` in a Trainer error message: the argument it is about.
+_ARGUMENT: Final = re.compile(r"\b([a-z_]+)=")
+
+
+class _SaveConfig(Callback):
+    """Writes the run's full configuration to ``<log_dir>/config.yaml`` (global rank 0, once per fit)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
+        """Write the file when fitting starts."""
+        if stage != "fit" or not trainer.is_global_zero or trainer.logger is None:
+            return
+        import fsspec
+
+        path = f"{trainer.log_dir.rstrip('/')}/config.yaml"
+        fs, local = fsspec.url_to_fs(path)
+        fs.makedirs(fs._parent(local), exist_ok=True)
+        with fs.open(local, "w") as out:
+            out.write(self.text)
+
+
+class TrainerCLI:
+    """Give your own ``train.py`` the ``fit``, ``validate``, ``test`` and ``predict`` subcommands of ``core``.
+
+    Example::
+
+        # train.py
+        from torchplug.cli import TrainerCLI
+        from mypackage import MyModule, MyDataModule
+
+        if __name__ == "__main__":
+            TrainerCLI(MyModule, MyDataModule)
+
+        $ python train.py fit --model.lr=0.01 --trainer.accelerator=cuda --trainer.devices=2
+        $ python train.py fit --config config.yaml --print_config > full.yaml
+
+    Args:
+        model_class: The Module class, whose ``__init__`` arguments become ``--model.*``. None: any
+            Module subclass, chosen with ``--model=package.module.Class``.
+        datamodule_class: The DataModule class (``--data.*``). None: any DataModule subclass, or none.
+        trainer_class: The Trainer class (or a subclass) whose arguments become ``--trainer.*``.
+        trainer_defaults: Default values of Trainer arguments (plain data: ``{"max_epochs": 10}``).
+        seed_everything_default: Default of ``--seed_everything``: an int, True (a random seed, recorded
+            in the saved config) or False (do not seed).
+        parser_kwargs: Keyword arguments of each subcommand's ``jsonargparse.ArgumentParser``
+            (``default_config_files``...); a key named after a subcommand holds that one's.
+        subclass_mode_model: Accept any subclass of ``model_class`` with ``--model=Class``.
+        subclass_mode_data: Accept any subclass of ``datamodule_class`` with ``--data=Class``.
+        save_config: Write the full configuration to ``<log_dir>/config.yaml`` when fitting with a logger.
+        args: The arguments to parse (default ``sys.argv[1:]``).
+        run: Run the subcommand given in ``args``. False: parse without subcommands and only build
+            :attr:`model`, :attr:`datamodule` and :attr:`trainer` (then call ``cli.trainer.fit(cli.model)``).
+        prog: The program name shown in help and errors (default: the script's name).
+
+    Attributes:
+        parser: The jsonargparse parser (with one sub-parser per subcommand when ``run``).
+        subcommand: The subcommand given (``"fit"``...), or None when ``run=False``.
+        config: The parsed configuration (``config.fit.trainer.max_epochs`` when ``run``).
+        seed: The seed ``--seed_everything`` used, or None when seeding is off.
+        model: The Module built from ``--model``.
+        datamodule: The DataModule built from ``--data``, or None when none was given.
+        trainer: The Trainer built from ``--trainer.*``.
+
+    Raises:
+        SystemExit: Code 2 for a usage error (the message is printed first, with no traceback), and
+            0 after ``--help`` or ``--print_config``. Errors raised while running propagate.
+    """
+
+    def __init__(
+        self,
+        model_class: type[Module] | None = None,
+        datamodule_class: type[DataModule] | None = None,
+        trainer_class: type[Trainer] = Trainer,
+        trainer_defaults: Mapping[str, Any] | None = None,
+        seed_everything_default: bool | int = True,
+        parser_kwargs: Mapping[str, Any] | None = None,
+        subclass_mode_model: bool = False,
+        subclass_mode_data: bool = False,
+        save_config: bool = True,
+        args: Sequence[str] | None = None,
+        run: bool = True,
+        prog: str | None = None,
+    ) -> None:
+        self.model_class = model_class
+        self.datamodule_class = datamodule_class
+        self.trainer_class = trainer_class
+        self.trainer_defaults = dict(trainer_defaults or {})
+        self.seed_everything_default = seed_everything_default
+        self.parser_kwargs = dict(parser_kwargs or {})
+        self.subclass_mode_model = subclass_mode_model or model_class is None
+        self.subclass_mode_data = subclass_mode_data or datamodule_class is None
+        self.save_config = save_config
+        self.prog = prog or os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "train.py")
+        self.subcommand: str | None = None
+        self.seed: int | None = None
+        argv = list(sys.argv[1:] if args is None else args)
+        command = argv[0] if run and argv and argv[0] in SUBCOMMANDS else None
+        Parser.context = (f"{self.prog} {command}" if command else self.prog, argv)
+        self.parser = self._build_parser(run)
+        problem = check_config_files(argv)
+        if problem is not None:
+            self._error(problem, command)
+        self.config: Namespace = self.parser.parse_args(argv)
+        self.subcommand = self.config.get("subcommand") if run else None
+        self._check_config()
+        self._seed()
+        self.config_init: Namespace = self.parser.instantiate(self.config)
+        self.model: Module | None = self._section(self.config_init).get("model")
+        self.datamodule: DataModule | None = self._section(self.config_init).get("data")
+        self.trainer: Trainer = self._instantiate_trainer()
+        if run:
+            self._run()
+
+    # -- the parser ---------------------------------------------------------------------------
+
+    def _build_parser(self, run: bool) -> ArgumentParser:
+        _import_short_names()
+        if not run:
+            return self._subcommand_parser(None)
+        parser = Parser(prog=self.prog, description="Train, validate, test or predict with torchplug.",
+                        epilog=EXIT_CODES, formatter_class=HelpFormatter)
+        commands = parser.add_subcommands(required=True, dest="subcommand")
+        for name, help_text in SUBCOMMANDS.items():
+            commands.add_subcommand(name, self._subcommand_parser(name), help=help_text)
+        return parser
+
+    def _subcommand_parser(self, name: str | None) -> ArgumentParser:
+        kwargs = {k: v for k, v in self.parser_kwargs.items() if k not in SUBCOMMANDS}
+        kwargs.update(self.parser_kwargs.get(name or "", {}))
+        description = f"{SUBCOMMANDS[name].capitalize()} (Trainer.{name})." if name else None
+        prog = f"{self.prog} {name}" if name else self.prog
+        parser = Parser(prog=prog, display_prog=prog, description=description, epilog=EXIT_CODES,
+                        formatter_class=HelpFormatter, **kwargs)
+        parser.add_argument("-c", "--config", action="config",
+                            help="a YAML config file (repeat it: later files and options override earlier ones)")
+        parser.add_argument("--seed_everything", type=bool | int, default=self.seed_everything_default,
+                            help="seed every random generator: an int, true for a random seed, or false")
+        self._add_trainer(parser)
+        self._add_component(parser, "model", self.model_class or Module, self.subclass_mode_model,
+                            required=self.model_class is not None)
+        self._add_component(parser, "data", self.datamodule_class or DataModule, self.subclass_mode_data,
+                            required=False)
+        if name is not None:
+            parser.add_argument("--ckpt_path", type=str | None, default=None,
+                                help="start from this checkpoint: a path or URL, 'last' or 'best'")
+            parser.add_argument("--resolve", action="store_true",
+                                help="print how the hardware arguments resolve (trainer.describe()) and exit")
+        self.add_arguments_to_parser(parser)
+        return parser
+
+    def _add_trainer(self, parser: ArgumentParser) -> None:
+        parser.add_class_arguments(self.trainer_class, "trainer", instantiate=False, skip={"plugin_host"},
+                                   fail_untyped=False)
+        if self.trainer_defaults:
+            parser.set_defaults({f"trainer.{key}": value for key, value in self.trainer_defaults.items()})
+        host = plugin_host()
+        for action in parser._actions:
+            arg = action.dest.removeprefix("trainer.")
+            if action.dest.startswith("trainer.") and arg in _NAMED and action.help is not argparse.SUPPRESS:
+                try:
+                    names = sorted({n for kind in _NAMED[arg] for n in host.registry(kind).names()})
+                except PluginError:  # a strict host that failed: the error surfaces when the name is used
+                    continue
+                action.help = f"{action.help or ''} Installed: {', '.join(names)}.".strip()
+
+    @staticmethod
+    def _add_component(parser: ArgumentParser, key: str, cls: type, subclass_mode: bool, required: bool) -> None:
+        if subclass_mode:
+            parser.add_subclass_arguments(cls, key, required=required,
+                                          help=f"a {cls.__name__} class path and its init args: --{key}=pkg.Class "
+                                               f"--{key}.arg=value")
+        else:
+            parser.add_class_arguments(cls, key)
+
+    def add_arguments_to_parser(self, parser: ArgumentParser) -> None:
+        """Override to add arguments or links to each subcommand's parser (as in LightningCLI).
+
+        Args:
+            parser: The parser of one subcommand (or the only parser when ``run=False``); for example
+                ``parser.link_arguments("data.num_classes", "model.init_args.num_classes", apply_on="instantiate")``.
+        """
+
+    # -- checks and seeding -------------------------------------------------------------------
+
+    def _section(self, config: Namespace) -> Namespace:
+        """The part of ``config`` that belongs to the subcommand given (all of it without subcommands)."""
+        if self.subcommand is None:
+            return config
+        section: Namespace = config[self.subcommand]
+        return section
+
+    def _subcommand_parser_of(self, command: str | None) -> ArgumentParser:
+        if command is None or self.parser._subcommands_action is None:
+            return self.parser
+        parser: ArgumentParser = self.parser._subcommands_action._name_parser_map[command]
+        return parser
+
+    def _error(self, message: str, command: str | None = None) -> NoReturn:
+        self._subcommand_parser_of(command or self.subcommand).error(message)
+
+    def _check_config(self) -> None:
+        config = self._section(self.config)
+        resolving = bool(config.get("resolve"))
+        if self.subcommand is not None and config.get("model") is None and not resolving:
+            self._error("--model is required: give a torchplug.Module class path, for example "
+                        "--model=examples.digits.DigitsClassifier (or a config file with a 'model:' section).")
+        if resolving:  # the decision trace needs only the Trainer: leave out the model and data chosen by path
+            if self.subclass_mode_model:
+                config.model = None
+            if self.subclass_mode_data:
+                config.data = None
+        for arg, kinds in _NAMED.items():
+            value = config.get(f"trainer.{arg}")
+            for item in value if isinstance(value, list) else [value]:
+                if isinstance(item, (str, int)) and not isinstance(item, bool) and str(item).lower() != "auto":
+                    self._check_name(arg, kinds, str(item))
+
+    def _check_name(self, arg: str, kinds: tuple[str, ...], name: str) -> None:
+        """Exit with a usage error unless ``name`` is registered in one of ``kinds`` and loads."""
+        host = plugin_host()
+        option = f"--trainer.{arg}={name}"
+        try:
+            if len(kinds) == 1:
+                host.registry(kinds[0]).resolve(name)
+                return
+            if any(name.split("@")[0].lower() in host.registry(kind) for kind in kinds):
+                return
+        except PluginError as exc:
+            hint = "" if "Hint:" in str(exc) else " Hint: core plugins list shows every installed name."
+            self._error(f"{option}: {exc}{hint}")
+        names = sorted({n for kind in kinds for n in host.registry(kind).names()})
+        close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.6)
+        maybe = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        self._error(f"{option}: {name!r} is not a registered precision, checkpoint IO or cluster environment.{maybe} "
+                    f"Installed: {', '.join(names)}. Hint: core plugins list")
+
+    def _seed(self) -> None:
+        config = self._section(self.config)
+        value = config.get("seed_everything")
+        if value is False:
+            return
+        try:  # True: a random seed, or the one a parent process exported (so every DDP rank agrees)
+            self.seed = seed_everything(None if value is True else value, workers=True)
+        except ValueError as exc:
+            self._error(f"--seed_everything: {exc}")
+        config.seed_everything = self.seed
+
+    # -- running ------------------------------------------------------------------------------
+
+    def _instantiate_trainer(self) -> Trainer:
+        config = self._section(self.config_init)
+        kwargs = dict(vars(config.trainer))
+        if self.save_config and self.subcommand == "fit" and not config.get("resolve"):
+            callbacks = kwargs.get("callbacks")
+            given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
+            kwargs["callbacks"] = [*given, _SaveConfig(self._dump())]
+        try:
+            return self.trainer_class(**kwargs)
+        except (MisconfigurationError, PluginError) as exc:
+            self._error(_with_option(str(exc)))
+
+    def _dump(self) -> str:
+        parser = self._subcommand_parser_of(self.subcommand)
+        return str(parser.dump(self._section(self.config), skip_unset=False))
+
+    def _run(self) -> None:
+        config = self._section(self.config_init)
+        if config.get("resolve"):
+            print(self.trainer.describe())
+            return
+        method = getattr(self.trainer, str(self.subcommand))
+        start = time.perf_counter()
+        try:
+            result = method(self.model, datamodule=self.datamodule, ckpt_path=config.get("ckpt_path"))
+        except MisconfigurationError as exc:  # arguments that do not fit together, found while running
+            self._error(_with_option(str(exc)))
+        if self.subcommand == "fit":
+            _print_fit_summary(self.trainer, time.perf_counter() - start)
+        elif self.subcommand == "predict":
+            _print_predictions(result)
+
+
+def _with_option(message: str) -> str:
+    """Prefix the Trainer option a message is about (``devices='x' ...`` is about ``--trainer.devices``)."""
+    names = set(inspect.signature(Trainer.__init__).parameters)
+    for match in _ARGUMENT.finditer(message):
+        if match.group(1) in names:
+            return f"--trainer.{match.group(1)}: {message}"
+    return message
+
+
+def _print_fit_summary(trainer: Trainer, seconds: float) -> None:
+    """Rank 0 prints what the run did, its final metrics (validation first), best checkpoint and logs."""
+    if not trainer.is_global_zero:
+        return
+    print(f"fit: {trainer.current_epoch} epoch(s), {trainer.global_step} step(s) in {seconds:.1f} s")
+    metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if _is_number(v)}
+    ordered = sorted(metrics, key=lambda k: (not k.startswith("val"), k))
+    if ordered:
+        print("fit: final metrics: " + "  ".join(f"{k}={metrics[k]:.4f}" for k in ordered))
+    checkpoint = trainer.checkpoint_callback
+    if checkpoint is not None and checkpoint.best_model_path:
+        score = checkpoint.best_model_score
+        scored = f" ({checkpoint.monitor}={float(score):.4f})" if score is not None and checkpoint.monitor else ""
+        print(f"fit: best checkpoint {checkpoint.best_model_path}{scored}")
+    if trainer.logger is not None:
+        print(f"fit: logs in {trainer.log_dir}")
+
+
+def _is_number(value: Any) -> bool:
+    try:
+        float(value)
+    except (TypeError, ValueError, RuntimeError):  # a tensor of several elements
+        return False
+    return True
+
+
+def _print_predictions(result: Any) -> None:
+    count = len(result) if isinstance(result, list) else 0
+    print(f"predict: {count} batch(es) of predictions (write them to disk with a callback's on_predict_batch_end)")
+
+
+def _import_short_names() -> None:
+    for module in _SHORT_NAMES:
+        importlib.import_module(module)
+
+
+def run_command(argv: Sequence[str], prog: str = "core") -> int:
+    """Run ``core fit|validate|test|predict ARGS`` and return its exit code (see :data:`EXIT_CODES`).
+
+    Class paths are imported with the current directory first on ``sys.path``, as ``python -m`` does,
+    so ``--model=examples.digits.DigitsClassifier`` works from the folder that holds ``examples/``.
+
+    Args:
+        argv: The subcommand and its arguments (``["fit", "--config", "config.yaml"]``).
+        prog: The program name shown in help and errors.
+    """
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        TrainerCLI(args=argv, prog=prog)
+    except SystemExit as exc:
+        return exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
+    return 0
