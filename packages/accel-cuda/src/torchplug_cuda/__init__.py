@@ -1,0 +1,47 @@
+"""accel-cuda: NVIDIA GPUs for torchplug, as ``Trainer(accelerator="cuda")`` (alias ``"gpu"``).
+
+Importing this package imports no torch; each public name loads its module on first use.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchplug._lazy import lazy_attributes
+
+if TYPE_CHECKING:
+    from torchplug_cuda.accelerator import CUDAAccelerator
+    from torchplug_cuda.devices import cuda_unavailable_reason, is_cuda_available, num_cuda_devices, parse_cuda_devices
+    from torchplug_cuda.stats import cuda_device_stats
+    from torchplug_cuda.usable import find_usable_cuda_devices
+
+__all__ = [
+    "CUDAAccelerator",
+    "__version__",
+    "cuda_device_stats",
+    "cuda_unavailable_reason",
+    "find_usable_cuda_devices",
+    "is_cuda_available",
+    "num_cuda_devices",
+    "parse_cuda_devices",
+]
+
+_LAZY = {
+    "CUDAAccelerator": "torchplug_cuda.accelerator",
+    "cuda_device_stats": "torchplug_cuda.stats",
+    "cuda_unavailable_reason": "torchplug_cuda.devices",
+    "find_usable_cuda_devices": "torchplug_cuda.usable",
+    "is_cuda_available": "torchplug_cuda.devices",
+    "num_cuda_devices": "torchplug_cuda.devices",
+    "parse_cuda_devices": "torchplug_cuda.devices",
+}
+
+_lazy_getattr, __dir__ = lazy_attributes(__name__, _LAZY, globals())
+
+
+def __getattr__(name: str) -> Any:
+    if name == "__version__":
+        from importlib.metadata import version
+
+        return version("accel-cuda")
+    return _lazy_getattr(name)
