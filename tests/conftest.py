@@ -3,7 +3,25 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+
+import pytest
 
 # Our own suite must notice any plugin that fails to load, and must not depend on
 # whatever plugins happen to be installed beside it beyond the ones it tests.
 os.environ.setdefault("TORCHPLUG_STRICT_PLUGINS", "1")
+
+
+@pytest.fixture(autouse=True)
+def _restore_environment() -> Iterator[None]:
+    """Undo what a test wrote to ``os.environ`` without monkeypatch.
+
+    ``seed_everything`` exports ``TORCHPLUG_GLOBAL_SEED`` for the processes a launcher starts, as
+    Lightning does with ``PL_GLOBAL_SEED``; left behind, it would re-seed every later test's
+    subprocesses and change what they compute.
+    """
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)

@@ -39,7 +39,8 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
 #: Variables of an enclosing launcher or scheduler that would change how the scripts start.
 _FOREIGN = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
             "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHPLUG_PARENT_PID", "TORCHPLUG_CLUSTER_ENVIRONMENT",
-            "SLURM_JOB_ID", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID")
+            "SLURM_JOB_ID", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID",
+            "TORCHPLUG_GLOBAL_SEED", "TORCHPLUG_SEED_WORKERS")
 
 
 @dataclass
