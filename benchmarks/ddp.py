@@ -152,6 +152,9 @@ def worker_plain(steps: int) -> None:
     _step_report(rank, walls, cpus, first)
     if rank == 0:
         _report(kind="main", fit_s=fit_s, import_s=_TORCH_IMPORTED - _launched_at())
+    # Without it, a rank that tears gloo down while its peer still reads can abort the peer
+    # ("terminate called without an active exception"), as the Trainer's teardown also avoids.
+    dist.barrier()
     dist.destroy_process_group()
 
 

@@ -101,6 +101,9 @@ LIGHTNING_CODE: Final = (
 )
 
 #: Runs ``core plugins list`` while recording every attempt to import a heavy module, found or not.
+#: Only lookups made by an ``import`` statement (or ``importlib.import_module``) count: a plugin's
+#: availability probe asks ``importlib.util.find_spec("torch_xla")``, which imports nothing, and
+#: is how a listing can say "torch_xla is not installed" without importing it.
 WATCH_CODE: Final = textwrap.dedent(
     """
     import json, sys
@@ -110,7 +113,11 @@ WATCH_CODE: Final = textwrap.dedent(
         @staticmethod
         def find_spec(name, path=None, target=None):
             if name.partition(".")[0] in heavy:
-                seen.append(name)
+                frame = sys._getframe(1)
+                while frame is not None and frame.f_code.co_name != "_find_and_load_unlocked":
+                    frame = frame.f_back
+                if frame is not None:  # reached through the import machinery: an import attempt
+                    seen.append(name)
             return None
     sys.meta_path.insert(0, Watch)
     from torchplug.cli import main

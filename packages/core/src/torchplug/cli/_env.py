@@ -17,8 +17,6 @@ import sys
 from collections.abc import Callable
 from typing import Any, Final
 
-import yaml
-
 from torchplug._host import PluginHost
 from torchplug._listing import Listing, collect
 
@@ -269,6 +267,8 @@ def _cluster_lines(cluster: dict[str, Any]) -> list[str]:
 
 
 def _report_lines(reports: dict[str, Any]) -> list[str]:
+    import yaml  # here, not at the top: 'core plugins list' builds this parser too and must stay fast
+
     if not reports:
         return ["(no plugin contributed a section)"]
     lines = []

@@ -9,6 +9,7 @@ import os
 from typing import ClassVar
 
 from torchplug._errors import MisconfigurationError
+from torchplug.environments._variables import read_int
 from torchplug.environments.cluster_environment import ClusterEnvironment
 
 __all__ = ["KubeflowEnvironment"]
@@ -147,12 +148,4 @@ class KubeflowEnvironment(ClusterEnvironment):
 
 
 def _read_int(name: str) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        raise RuntimeError(f"The kubeflow cluster environment needs {name}, but it is not set. {_HINT}")
-    try:
-        return int(value)
-    except ValueError:
-        raise RuntimeError(
-            f"The kubeflow cluster environment read {name}={value!r}, which is not an integer. {_HINT}"
-        ) from None
+    return read_int("kubeflow", name, _HINT)

@@ -10,6 +10,7 @@ import socket
 from typing import ClassVar
 
 from torchplug._errors import MisconfigurationError
+from torchplug.environments._variables import read_int
 from torchplug.environments.cluster_environment import ClusterEnvironment
 
 __all__ = ["LSFEnvironment"]
@@ -189,12 +190,4 @@ def _read_rankfile() -> list[str]:
 
 
 def _read_int(name: str) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        raise RuntimeError(f"The lsf cluster environment needs {name}, but it is not set. {_HINT}")
-    try:
-        return int(value)
-    except ValueError:
-        raise RuntimeError(
-            f"The lsf cluster environment read {name}={value!r}, which is not an integer. {_HINT}"
-        ) from None
+    return read_int("lsf", name, _HINT)

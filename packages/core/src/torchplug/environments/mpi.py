@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, ClassVar
 
 from torchplug._errors import MisconfigurationError
+from torchplug.environments._variables import read_int
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.environments.local import find_free_port
 
@@ -251,10 +252,4 @@ def _comm_world(what: str) -> Any:
 
 
 def _read_int(name: str) -> int:
-    value = os.environ.get(name)
-    if value is None:
-        raise RuntimeError(f"The mpi cluster environment needs {name}, but it is not set.")
-    try:
-        return int(value)
-    except ValueError:
-        raise RuntimeError(f"The mpi cluster environment read {name}={value!r}, which is not an integer.") from None
+    return read_int("mpi", name)
