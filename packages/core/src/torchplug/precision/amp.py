@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import inspect
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -11,7 +10,7 @@ import torch
 from torch.optim import Optimizer
 
 from torchplug._errors import MisconfigurationError
-from torchplug.precision.precision import Precision
+from torchplug.precision.precision import Precision, calls_closure_itself
 from torchplug.utilities.apply import apply_to_tensors
 
 if TYPE_CHECKING:
@@ -165,8 +164,8 @@ class MixedPrecision(Precision):
                 (LBFGS): the scaler cannot check the gradients in between.
         """
         if self._scaler is None:
-            return optimizer.step(closure)
-        if _calls_closure_itself(optimizer):
+            return super().optimizer_step(optimizer, module, closure)
+        if calls_closure_itself(optimizer):
             raise MisconfigurationError(
                 f"precision={self.precision!r} cannot train with {type(optimizer).__name__}: the optimizer "
                 "re-evaluates its closure inside step(), where the loss scaler cannot check the gradients. "
@@ -234,14 +233,3 @@ def _new_scaler(device_type: str) -> GradScaler:
             "installed. Hint: upgrade torch, or use precision='bf16-mixed'."
         )
     return scaler_class(device_type)  # type: ignore[no-any-return]
-
-
-def _calls_closure_itself(optimizer: Optimizer) -> bool:
-    """Whether ``optimizer.step`` requires a closure, which it may call several times (LBFGS and the like)."""
-    if isinstance(optimizer, torch.optim.LBFGS):
-        return True
-    try:
-        parameter = inspect.signature(optimizer.step).parameters.get("closure")
-    except (TypeError, ValueError):
-        return False
-    return parameter is not None and parameter.default is inspect.Parameter.empty
