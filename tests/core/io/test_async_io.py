@@ -60,9 +60,15 @@ class GatedIO(TorchCheckpointIO):
 
 
 class FullDiskIO(TorchCheckpointIO):
-    """Every save fails as on a full disk."""
+    """Every save fails as on a full disk; with ``gate``, only once the gate is open."""
+
+    def __init__(self, gate: threading.Event | None = None) -> None:
+        super().__init__()
+        self.gate = gate
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None = None) -> None:
+        if self.gate is not None:
+            self.gate.wait(timeout=30)
         raise OSError(28, "No space left on device", path)
 
 
@@ -338,9 +344,11 @@ def test_a_background_error_is_logged_at_once_and_raised_by_the_next_call(
 
 
 def test_several_failures_are_reported_together(tmp_path: Path, io_: Any) -> None:
-    io = make(io_, FullDiskIO(), max_pending=2)
+    gate = threading.Event()  # both saves are queued before the first one fails
+    io = make(io_, FullDiskIO(gate), max_pending=2)
     io.save_checkpoint({"step": 1}, str(tmp_path / "a.ckpt"))
     io.save_checkpoint({"step": 2}, str(tmp_path / "b.ckpt"))
+    gate.set()
     with pytest.raises(CheckpointSaveError, match=r"1 later save\(s\) failed too: .*b\.ckpt") as info:
         io.flush()
     assert [Path(p).name for p in info.value.paths] == ["a.ckpt", "b.ckpt"]

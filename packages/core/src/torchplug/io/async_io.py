@@ -327,9 +327,9 @@ class _Writer:
             assert job.checkpoint is not None
             job.io.save_checkpoint(job.checkpoint, job.path, storage_options=job.storage_options)
         except BaseException as error:  # the thread must survive anything, and the caller hear of it
-            log.error("Saving the checkpoint to %r in the background failed: %r", job.path, error, exc_info=error)
-            with self.cond:
+            with self.cond:  # recorded before it is logged: whoever saw the log finds it recorded
                 self.failures.append((job.path, error))
+            log.error("Saving the checkpoint to %r in the background failed: %r", job.path, error, exc_info=error)
         finally:
             job.checkpoint = None  # the views on the staging buffers
 
