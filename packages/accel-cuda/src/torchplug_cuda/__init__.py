@@ -5,9 +5,9 @@ Importing this package imports no torch; each public name loads its module on fi
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-from torchplug._lazy import lazy_attributes
+from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
     from torchplug_cuda.accelerator import CUDAAccelerator
@@ -36,12 +36,4 @@ _LAZY = {
     "parse_cuda_devices": "torchplug_cuda.devices",
 }
 
-_lazy_getattr, __dir__ = lazy_attributes(__name__, _LAZY, globals())
-
-
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        from importlib.metadata import version
-
-        return version("accel-cuda")
-    return _lazy_getattr(name)
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="accel-cuda")

@@ -5,8 +5,9 @@ Importing this package imports neither torch nor habana_frameworks; each class l
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
     from torchplug_hpu._habana import HabanaUnavailableError
@@ -32,19 +33,4 @@ _LAZY: Final = {
     "HabanaUnavailableError": "torchplug_hpu._habana",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        from importlib.metadata import version
-
-        return version("accel-hpu")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, "__version__"})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="accel-hpu")

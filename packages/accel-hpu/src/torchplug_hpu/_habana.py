@@ -14,6 +14,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from torchplug import PluginUnavailableError
+from torchplug.utilities.imports import distribution_version, module_available
 
 __all__ = [
     "FP8_MODULE",
@@ -58,11 +59,7 @@ def probe() -> str | None:
 
     Looks for the package without importing it, so it imports neither habana_frameworks nor torch.
     """
-    try:
-        found = importlib.util.find_spec("habana_frameworks") is not None
-    except (ImportError, ValueError):  # a broken installation, or a module without a spec
-        found = False
-    return None if found else NOT_INSTALLED
+    return None if module_available("habana_frameworks") else NOT_INSTALLED
 
 
 def import_habana(module: str = "habana_frameworks.torch") -> ModuleType:
@@ -147,13 +144,7 @@ def fp8_unavailable_reason() -> str | None:
 
 def report() -> dict[str, Any]:
     """What ``core env`` shows about habana_frameworks: its version, the HPUs and their kind."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        plugin_version: str | None = version("habana-torch-plugin")
-    except PackageNotFoundError:
-        plugin_version = None
-    data: dict[str, Any] = {"habana-torch-plugin": plugin_version}
+    data: dict[str, Any] = {"habana-torch-plugin": distribution_version("habana-torch-plugin")}
     reason = probe()
     if reason is not None:
         data["unavailable"] = reason

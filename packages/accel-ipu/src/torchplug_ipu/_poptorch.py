@@ -13,6 +13,7 @@ from types import ModuleType
 from typing import Any, Final
 
 from torchplug import PluginUnavailableError
+from torchplug.utilities.imports import distribution_version, module_available
 
 __all__ = [
     "INSTALL_HINT",
@@ -47,11 +48,7 @@ def probe() -> str | None:
 
     Looks for the package without importing it, so it imports neither poptorch nor torch.
     """
-    try:
-        found = importlib.util.find_spec("poptorch") is not None
-    except (ImportError, ValueError):  # a broken installation, or a module without a spec
-        found = False
-    return None if found else NOT_INSTALLED
+    return None if module_available("poptorch") else NOT_INSTALLED
 
 
 def import_poptorch() -> ModuleType:
@@ -100,13 +97,7 @@ def ipu_count() -> int:
 
 def report() -> dict[str, Any]:
     """What ``core env`` shows about poptorch: its version and the IPUs it finds."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        poptorch_version: str | None = version("poptorch")
-    except PackageNotFoundError:
-        poptorch_version = None
-    data: dict[str, Any] = {"poptorch": poptorch_version}
+    data: dict[str, Any] = {"poptorch": distribution_version("poptorch")}
     reason = probe()
     if reason is not None:
         data["unavailable"] = reason

@@ -5,8 +5,9 @@ Importing this package imports neither torch nor torch_xla; each class loads on 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Final
+
+from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
     from torchplug_tpu._xla import TorchXLAUnavailableError
@@ -38,19 +39,4 @@ _LAZY: Final = {
     "TorchXLAUnavailableError": "torchplug_tpu._xla",
 }
 
-
-def __getattr__(name: str) -> Any:
-    if name == "__version__":
-        from importlib.metadata import version
-
-        return version("accel-tpu")
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted({*globals(), *_LAZY, "__version__"})
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="accel-tpu")

@@ -16,6 +16,7 @@ from types import ModuleType
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from torchplug import PluginUnavailableError
+from torchplug.utilities.imports import distribution_version, module_available
 
 if TYPE_CHECKING:
     import torch
@@ -56,11 +57,7 @@ def probe() -> str | None:
 
     Looks for the package without importing it, so it imports neither torch_xla nor torch.
     """
-    try:
-        found = importlib.util.find_spec("torch_xla") is not None
-    except (ImportError, ValueError):  # a broken installation, or a module without a spec
-        found = False
-    return None if found else NOT_INSTALLED
+    return None if module_available("torch_xla") else NOT_INSTALLED
 
 
 def import_xla(module: str = "torch_xla") -> ModuleType:
@@ -141,13 +138,8 @@ def device_loader(loader: Iterable[Any], device: torch.device) -> Iterable[Any]:
 
 def report() -> dict[str, Any]:
     """What ``core env`` shows about torch_xla: its version, the PJRT device type and the device count."""
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        xla_version: str | None = version("torch_xla")
-    except PackageNotFoundError:
-        xla_version = None
-    data: dict[str, Any] = {"torch_xla": xla_version, "PJRT_DEVICE": os.environ.get("PJRT_DEVICE")}
+    data: dict[str, Any] = {"torch_xla": distribution_version("torch_xla"),
+                            "PJRT_DEVICE": os.environ.get("PJRT_DEVICE")}
     reason = probe()
     if reason is not None:
         data["unavailable"] = reason

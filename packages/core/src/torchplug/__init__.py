@@ -20,7 +20,6 @@ from torchplug._errors import (
     UnknownPluginError,
 )
 from torchplug._host import PluginHost, plugin_host
-from torchplug._lazy import lazy_attributes
 from torchplug._registry import Provider, Registry, RegistryEntry
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
@@ -29,6 +28,7 @@ from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies.launcher import Launcher
 from torchplug.strategies.strategy import Strategy
+from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
     from torchplug.callbacks.callback import Callback

@@ -12,6 +12,7 @@ import torch
 from torchplug import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.utilities.apply import apply_to_tensors
+from torchplug.utilities.imports import module_available
 
 __all__ = ["XLACheckpointIO", "to_cpu"]
 
@@ -95,7 +96,7 @@ def to_cpu(data: Any) -> Any:
 
 def _xla_device() -> torch.device | None:
     """This process's XLA device when torch_xla is installed, else None."""
-    if "torch_xla" not in sys.modules and importlib.util.find_spec("torch_xla") is None:
+    if not module_available("torch_xla"):
         return None
     torch_xla = importlib.import_module("torch_xla")
     if hasattr(torch_xla, "device"):  # torch_xla >= 2.5

@@ -1,7 +1,7 @@
 """Accelerators: kinds of hardware. The base class is torch-free; implementations load on first use."""
 
-from torchplug._lazy import lazy_attributes
 from torchplug.accelerators.accelerator import Accelerator
+from torchplug.utilities.imports import lazy_attributes
 
 __all__ = ["Accelerator", "CPUAccelerator"]
 

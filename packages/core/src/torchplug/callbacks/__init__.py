@@ -1,7 +1,7 @@
 """Callbacks: checkpointing, early stopping, learning-rate monitoring and the progress bar."""
 
-from torchplug._lazy import lazy_attributes
 from torchplug.callbacks.callback import Callback
+from torchplug.utilities.imports import lazy_attributes
 
 __all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar"]
 

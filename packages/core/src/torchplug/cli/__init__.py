@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from torchplug._lazy import lazy_attributes
 from torchplug.cli._main import main
+from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
     from torchplug.cli.trainer_cli import TrainerCLI

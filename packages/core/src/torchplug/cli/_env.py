@@ -9,7 +9,6 @@ itself does not fail for it.
 from __future__ import annotations
 
 import argparse
-import importlib.metadata
 import json
 import os
 import platform
@@ -19,6 +18,7 @@ from typing import Any, Final
 
 from torchplug._host import PluginHost
 from torchplug._listing import Listing, collect
+from torchplug.utilities.imports import distribution_version
 
 __all__ = ["SCHEMA_VERSION", "add_parser", "collect_report", "format_report"]
 
@@ -91,13 +91,6 @@ def _guard(function: Callable[[], Any]) -> Any:
         return {"error": f"{type(exc).__name__}: {exc}"}
 
 
-def _version(name: str) -> str | None:
-    try:
-        return importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return None
-
-
 def _versions(host: PluginHost) -> dict[str, Any]:
     from torchplug._discovery import core_version
 
@@ -111,7 +104,7 @@ def _versions(host: PluginHost) -> dict[str, Any]:
         "cpus": cpus,
         "torch": _guard(_torch),
         "core": core_version(),
-        "libraries": {name: _version(name) for name in _LIBRARIES},
+        "libraries": {name: distribution_version(name) for name in _LIBRARIES},
     }
 
 

@@ -1,7 +1,7 @@
 """Cluster environments: where ranks and the rendezvous come from. All are torch-free."""
 
-from torchplug._lazy import lazy_attributes
 from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.utilities.imports import lazy_attributes
 
 __all__ = [
     "ClusterEnvironment",

@@ -1,7 +1,7 @@
 """Checkpoint IO: how checkpoints are written, read and removed. The base class is torch-free."""
 
-from torchplug._lazy import lazy_attributes
 from torchplug.io.checkpoint_io import CheckpointIO
+from torchplug.utilities.imports import lazy_attributes
 
 __all__ = ["AsyncCheckpointIO", "CheckpointIO", "TorchCheckpointIO"]
 

@@ -1,7 +1,7 @@
 """Loggers: where metrics go. ``CSVLogger`` is built in; ``TensorBoardLogger`` needs tensorboard."""
 
-from torchplug._lazy import lazy_attributes
 from torchplug.loggers.logger import Logger
+from torchplug.utilities.imports import lazy_attributes
 
 __all__ = ["CSVLogger", "Logger", "TensorBoardLogger"]
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -11,6 +10,7 @@ import fsspec
 import yaml
 
 from torchplug.loggers.logger import Logger
+from torchplug.utilities.imports import module_available
 
 __all__ = ["TensorBoardLogger"]
 
@@ -18,11 +18,7 @@ _MISSING = "TensorBoardLogger needs tensorboard. Hint: pip install tensorboard"
 
 
 def _require_tensorboard() -> None:
-    try:
-        found = importlib.util.find_spec("tensorboard") is not None
-    except (ImportError, ValueError):
-        found = False
-    if not found:
+    if not module_available("tensorboard"):
         raise ImportError(_MISSING)
 
 

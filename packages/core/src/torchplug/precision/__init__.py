@@ -1,7 +1,7 @@
 """Precision plugins: the numerics of training. The base class (``32-true``) is torch-free."""
 
-from torchplug._lazy import lazy_attributes
 from torchplug.precision.precision import Precision
+from torchplug.utilities.imports import lazy_attributes
 
 __all__ = ["DoublePrecision", "HalfPrecision", "MixedPrecision", "Precision"]
 

@@ -1,8 +1,8 @@
 """Strategies: how the model is spread over devices and processes. The bases are torch-free."""
 
-from torchplug._lazy import lazy_attributes
 from torchplug.strategies.launcher import Launcher
 from torchplug.strategies.strategy import Strategy
+from torchplug.utilities.imports import lazy_attributes
 
 __all__ = ["DDPStrategy", "FSDPStrategy", "Launcher", "ParallelStrategy", "SingleDeviceStrategy", "Strategy"]
 
