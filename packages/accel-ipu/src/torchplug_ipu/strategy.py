@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Iterable
-from typing import Any, ClassVar, Final, TypeVar
+from typing import Any, ClassVar, Final
 
 import torch
 from torch.optim import Optimizer
 
-from torchplug import Accelerator, CheckpointIO, MisconfigurationError, Precision, Strategy
+from torchplug import Accelerator, CheckpointIO, MisconfigurationError, Precision
+from torchplug.strategies.single_device import SingleDeviceStrategy
 from torchplug_ipu import _poptorch
 from torchplug_ipu._step import StepModule, micro_batches, tensor_arguments
 from torchplug_ipu.data import poptorch_loader
@@ -17,12 +18,10 @@ from torchplug_ipu.precision import NO_CLIPPING, IPUPrecision, ipu_precision_nam
 
 __all__ = ["IPUStrategy"]
 
-T = TypeVar("T")
-
 _TRAIN: Final = "training_step"
 
 
-class IPUStrategy(Strategy):
+class IPUStrategy(SingleDeviceStrategy):
     """Train on IPUs: each step is compiled by PopTorch, which runs forward, backward and the optimizer step there.
 
     One process drives every IPU. ``devices=N`` replicates the model N times
@@ -71,7 +70,8 @@ class IPUStrategy(Strategy):
         _check_count("device_iterations", device_iterations)
         if gradient_accumulation is not None:
             _check_count("gradient_accumulation", gradient_accumulation)
-        super().__init__(accelerator=accelerator, precision=precision, checkpoint_io=checkpoint_io)
+        # The host is the root device: the model and batches stay on the CPU, PopTorch copies them to the IPUs.
+        super().__init__("cpu", accelerator=accelerator, precision=precision, checkpoint_io=checkpoint_io)
         self.device_iterations = device_iterations
         self.gradient_accumulation = gradient_accumulation
         self._training_options = training_options
@@ -82,37 +82,7 @@ class IPUStrategy(Strategy):
         self._device_ahead = False  # the training model's weights are newer than the host's
         self._pushed: list[dict[str, Any]] | None = None  # optimizer settings the training model has
 
-    # -- where we are: one process ----------------------------------------------------------------
-
-    @property
-    def root_device(self) -> torch.device:
-        """The host: the model and the batches stay on the CPU, and PopTorch copies them to the IPUs."""
-        return torch.device("cpu")
-
-    @property
-    def is_global_zero(self) -> bool:
-        """Always True: one process drives every IPU."""
-        return True
-
-    @property
-    def global_rank(self) -> int:
-        """Always 0."""
-        return 0
-
-    @property
-    def local_rank(self) -> int:
-        """Always 0."""
-        return 0
-
-    @property
-    def node_rank(self) -> int:
-        """Always 0."""
-        return 0
-
-    @property
-    def world_size(self) -> int:
-        """Always 1: the replicas live inside PopTorch, not in separate processes."""
-        return 1
+    # -- one process (the rank properties and collectives of SingleDeviceStrategy) -------------------
 
     @property
     def distributed_sampler_kwargs(self) -> None:
@@ -341,23 +311,6 @@ class IPUStrategy(Strategy):
         self._executors.clear()
         self._versions.clear()
         self._pushed = None
-
-    # -- collectives: one process ------------------------------------------------------------------------
-
-    def barrier(self, name: str | None = None) -> None:
-        """Nothing to wait for: one process."""
-
-    def broadcast(self, obj: T, src: int = 0) -> T:
-        """Return ``obj``: there is no other process."""
-        return obj
-
-    def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
-        """Return ``tensor`` with a leading dimension of size 1 (one process)."""
-        return tensor.unsqueeze(0)
-
-    def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
-        """Return ``tensor``: the values the steps return are already reduced over the replicas."""
-        return tensor
 
     # -- checkpoints and the end -----------------------------------------------------------------------
 
