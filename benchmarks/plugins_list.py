@@ -64,7 +64,6 @@ import platform
 import py_compile
 import re
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -73,9 +72,11 @@ import time
 import venv
 import zipfile
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
+
+from _timing import BenchmarkError, Samples, paired_overhead
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 CONSTRAINTS: Final = ROOT / "constraints.txt"
@@ -128,35 +129,7 @@ WATCH_CODE: Final = textwrap.dedent(
 ).format(heavy=HEAVY_MODULES)
 
 
-class BenchmarkError(RuntimeError):
-    """A set-up step or a measured command failed; the message says which and shows its output."""
-
-
-# -- statistics -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Samples:
-    """Wall times of one command, in seconds, one per round."""
-
-    label: str
-    seconds: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-    @property
-    def min(self) -> float:
-        return min(self.seconds)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"median_s": self.median, "min_s": self.min, "samples_s": [round(s, 6) for s in self.seconds]}
-
-
-def paired_overhead(slow: Samples, base: Samples) -> float:
-    """Median over rounds of ``slow - base`` (both measured in the same rounds)."""
-    return statistics.median(s - b for s, b in zip(slow.seconds, base.seconds))
+# -- statistics: Samples, paired_overhead and BenchmarkError live in _timing.py ----------------
 
 
 # -- subprocesses -----------------------------------------------------------------------------

@@ -56,9 +56,10 @@ import sys
 import tempfile
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
+
+from _timing import BenchmarkError, Samples, paired_overhead
 
 TARGET_S: Final = 0.200
 WARMUP_ROUNDS: Final = 2
@@ -137,35 +138,7 @@ print(json.dumps({"import torch": t1 - t0, "import torchplug": t2 - t1, "torchpl
 """
 
 
-class BenchmarkError(RuntimeError):
-    """A measured command failed; the message says which and shows its output."""
-
-
-# -- statistics -------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Samples:
-    """Wall times of one command, in seconds, one per round."""
-
-    label: str
-    seconds: list[float] = field(default_factory=list)
-
-    @property
-    def median(self) -> float:
-        return statistics.median(self.seconds)
-
-    @property
-    def min(self) -> float:
-        return min(self.seconds)
-
-    def as_dict(self) -> dict[str, Any]:
-        return {"median_s": self.median, "min_s": self.min, "samples_s": [round(s, 4) for s in self.seconds]}
-
-
-def paired_overhead(slow: Samples, base: Samples) -> float:
-    """Median over rounds of ``slow - base`` (both measured in the same rounds)."""
-    return statistics.median(s - b for s, b in zip(slow.seconds, base.seconds))
+# -- statistics: Samples, paired_overhead and BenchmarkError live in _timing.py ----------------
 
 
 # -- children ---------------------------------------------------------------------------------
