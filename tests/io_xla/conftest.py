@@ -8,6 +8,7 @@ from types import ModuleType
 import pytest
 
 from tests.accel_tpu.fake import use_fake, without_torch_xla
+from tests.checkpoint_io_support import memory_root, root  # noqa: F401  (fixtures shared with tests/core/io)
 
 
 @pytest.fixture

@@ -9,27 +9,18 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-import fsspec
 import pytest
 import torch
 
 import torchplug
 from tests.accel_tpu.fake import subprocess_env
+from tests.checkpoint_io_support import Unpicklable, assert_same, listing
 from torchplug_xla_io import XLACheckpointIO
 from torchplug_xla_io.checkpoint_io import to_cpu
-
-
-class Unpicklable:
-    """Makes ``torch.save`` fail after it has started writing."""
-
-    def __reduce__(self) -> Any:
-        raise RuntimeError("this object refuses to be pickled")
 
 
 def make_checkpoint(seed: int = 0) -> dict[str, Any]:
@@ -40,45 +31,6 @@ def make_checkpoint(seed: int = 0) -> dict[str, Any]:
         "global_step": 1234,
         "nested": {"tuple": (4, "five"), "none": None},
     }
-
-
-def assert_same(loaded: Any, expected: Any) -> None:
-    if isinstance(expected, torch.Tensor):
-        assert isinstance(loaded, torch.Tensor) and torch.equal(loaded.cpu(), expected)
-    elif isinstance(expected, dict):
-        assert isinstance(loaded, dict) and loaded.keys() == expected.keys()
-        for key in expected:
-            assert_same(loaded[key], expected[key])
-    elif isinstance(expected, (list, tuple)):
-        assert type(loaded) is type(expected) and len(loaded) == len(expected)
-        for a, b in zip(loaded, expected):
-            assert_same(a, b)
-    else:
-        assert loaded == expected
-
-
-@pytest.fixture
-def memory_root() -> Iterator[str]:
-    root = f"/torchplug-xla-test-{uuid.uuid4().hex[:8]}"
-    yield f"memory://{root}"
-    fs = fsspec.filesystem("memory")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
-
-
-@pytest.fixture(params=["local", "memory", "file-url"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A directory URL on each real filesystem: the local disk, fsspec's memory, and ``file://`` URLs."""
-    if request.param == "local":
-        return str(tmp_path)
-    if request.param == "file-url":
-        return tmp_path.as_uri()
-    return str(request.getfixturevalue("memory_root"))
-
-
-def listing(root: str) -> list[str]:
-    fs, path = fsspec.core.url_to_fs(root)
-    return sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
 
 
 # -- registration ---------------------------------------------------------------------------------

@@ -9,14 +9,12 @@ import subprocess
 import sys
 import textwrap
 import time
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import fsspec
 import pytest
 import torch
+from tests.checkpoint_io_support import Unpicklable, assert_same, listing
 
 from torchplug.io import TorchCheckpointIO
 
@@ -26,13 +24,6 @@ class Hyperparameters:
 
     def __init__(self, lr: float) -> None:
         self.lr = lr
-
-
-class Unpicklable:
-    """Makes ``torch.save`` fail after it has started writing."""
-
-    def __reduce__(self) -> Any:
-        raise RuntimeError("this object refuses to be pickled")
 
 
 def make_checkpoint(seed: int = 0) -> dict[str, Any]:
@@ -45,45 +36,6 @@ def make_checkpoint(seed: int = 0) -> dict[str, Any]:
         "loss": 0.25,
         "nested": {"ints": [1, 2, 3], "tuple": (4, "five"), "empty": {}, "none": None},
     }
-
-
-def assert_same(loaded: Any, expected: Any) -> None:
-    if isinstance(expected, torch.Tensor):
-        assert isinstance(loaded, torch.Tensor) and torch.equal(loaded, expected)
-    elif isinstance(expected, dict):
-        assert isinstance(loaded, dict) and loaded.keys() == expected.keys()
-        for key in expected:
-            assert_same(loaded[key], expected[key])
-    elif isinstance(expected, (list, tuple)):
-        assert type(loaded) is type(expected) and len(loaded) == len(expected)
-        for a, b in zip(loaded, expected):
-            assert_same(a, b)
-    else:
-        assert loaded == expected
-
-
-@pytest.fixture
-def memory_root() -> Iterator[str]:
-    root = f"/torchplug-test-{uuid.uuid4().hex[:8]}"
-    yield f"memory://{root}"
-    fs = fsspec.filesystem("memory")
-    if fs.exists(root):
-        fs.rm(root, recursive=True)
-
-
-@pytest.fixture(params=["local", "memory", "file-url"])
-def root(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """A directory URL on each real filesystem: the local disk, fsspec's memory, and ``file://`` URLs."""
-    if request.param == "local":
-        return str(tmp_path)
-    if request.param == "file-url":
-        return tmp_path.as_uri()
-    return str(request.getfixturevalue("memory_root"))
-
-
-def listing(root: str) -> list[str]:
-    fs, path = fsspec.core.url_to_fs(root)
-    return sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
 
 
 def test_round_trip_keeps_tensors_numbers_and_nesting(root: str) -> None:
