@@ -38,6 +38,13 @@ class ProcessGroupHCCL(dist.ProcessGroup):  # type: ignore[misc]
     def getBackendName(self) -> str:
         return "hccl"
 
+    def shutdown(self) -> None:
+        # destroy_process_group() calls this. Dropping the gloo group joins its worker threads now,
+        # while Python is alive: a worker still releasing a finished collective's tensors at
+        # interpreter exit would need the GIL and abort the process ("terminate called without an
+        # active exception"). DDP keeps this wrapper alive, so its own destruction comes too late.
+        self._gloo = None
+
 
 def _create(store: Any, rank: int, size: int, timeout: timedelta) -> ProcessGroupHCCL:
     return ProcessGroupHCCL(store, rank, size, timeout)
