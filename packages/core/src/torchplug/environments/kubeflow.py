@@ -9,7 +9,7 @@ import os
 from typing import ClassVar
 
 from torchplug._errors import MisconfigurationError
-from torchplug.environments._variables import read_int
+from torchplug.environments._variables import read_int, read_text
 from torchplug.environments.cluster_environment import ClusterEnvironment
 
 __all__ = ["KubeflowEnvironment"]
@@ -70,10 +70,7 @@ class KubeflowEnvironment(ClusterEnvironment):
         Raises:
             RuntimeError: ``MASTER_ADDR`` is not set.
         """
-        address = os.environ.get("MASTER_ADDR")
-        if not address:
-            raise RuntimeError(f"The kubeflow cluster environment needs MASTER_ADDR, but it is not set. {_HINT}")
-        return address
+        return read_text("kubeflow", "MASTER_ADDR", _HINT)
 
     @property
     def main_port(self) -> int:

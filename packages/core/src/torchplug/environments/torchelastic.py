@@ -10,7 +10,7 @@ import os
 from typing import ClassVar
 
 from torchplug._errors import MisconfigurationError
-from torchplug.environments._variables import read_int
+from torchplug.environments._variables import read_int, read_text
 from torchplug.environments.cluster_environment import ClusterEnvironment
 
 __all__ = ["TorchElasticEnvironment"]
@@ -67,14 +67,8 @@ class TorchElasticEnvironment(ClusterEnvironment):
         Raises:
             RuntimeError: ``MASTER_ADDR`` is not set (the process was not started by torchrun).
         """
-        address = os.environ.get("MASTER_ADDR")
-        if not address:
-            raise RuntimeError(
-                "The torchelastic cluster environment needs MASTER_ADDR, but it is not set although "
-                f"{_RUN_ID} is. torchrun exports it to every worker. {_HINT} Or export MASTER_ADDR "
-                "and MASTER_PORT yourself."
-            )
-        return address
+        return read_text("torchelastic", "MASTER_ADDR", f"{_RUN_ID} is set, and torchrun exports MASTER_ADDR to "
+                         f"every worker. {_HINT} Or export MASTER_ADDR and MASTER_PORT yourself.")
 
     @property
     def main_port(self) -> int:

@@ -7,6 +7,7 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from torchplug.loggers._versions import next_version, version_folder, write_hparams
 from torchplug.loggers.logger import Logger
 
 __all__ = ["CSVLogger"]
@@ -66,9 +67,7 @@ class CSVLogger(Logger):
     @property
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_<n>`` (or ``<save_dir>/<name>/<version>`` for a string version)."""
-        version = self.version
-        folder = version if isinstance(version, str) else f"version_{version}"
-        return f"{self._save_dir.rstrip('/')}/{self._name}/{folder}"
+        return f"{self._save_dir.rstrip('/')}/{self._name}/{version_folder(self.version)}"
 
     @property
     def metrics_file(self) -> str:
@@ -76,23 +75,11 @@ class CSVLogger(Logger):
         return f"{self.log_dir}/metrics.csv"
 
     def _next_version(self) -> int:
-        root = f"{self._save_dir.rstrip('/')}/{self._name}"
-        try:
-            names = [os.path.basename(p.rstrip("/")) for p in self._fs.ls(root, detail=False)]
-        except FileNotFoundError:
-            return 0
-        versions = [int(n[8:]) for n in names if n.startswith("version_") and n[8:].isdigit()]
-        return max(versions) + 1 if versions else 0
+        return next_version(self._fs, f"{self._save_dir.rstrip('/')}/{self._name}")
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Write ``hparams.yaml`` (values that YAML cannot represent are written as text)."""
-        import yaml
-
-        self._fs.makedirs(self.log_dir, exist_ok=True)
-        plain = {k: v if isinstance(v, (bool, int, float, str, list, dict, type(None))) else repr(v)
-                 for k, v in params.items()}
-        with self._fs.open(f"{self.log_dir}/hparams.yaml", "w") as stream:
-            yaml.safe_dump(plain, stream, sort_keys=False)
+        write_hparams(self._fs, self.log_dir, params)
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Buffer one row (``step`` plus the metrics); written every ``flush_logs_every_n_steps`` rows."""

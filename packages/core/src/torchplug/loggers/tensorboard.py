@@ -7,8 +7,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import fsspec
-import yaml
 
+from torchplug.loggers._versions import next_version, version_folder, write_hparams
 from torchplug.loggers.logger import Logger
 from torchplug.utilities.imports import module_available
 
@@ -104,18 +104,11 @@ class TensorBoardLogger(Logger):
     @property
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_<n>`` (``<version>`` for a string), plus ``sub_dir`` when given."""
-        version = self.version
-        folder = version if isinstance(version, str) else f"version_{version}"
-        path = f"{self.root_dir}/{folder}"
+        path = f"{self.root_dir}/{version_folder(self.version)}"
         return f"{path}/{self._sub_dir}" if self._sub_dir else path
 
     def _next_version(self) -> int:
-        try:
-            names = [os.path.basename(p.rstrip("/")) for p in self._fs.ls(self.root_dir, detail=False)]
-        except FileNotFoundError:
-            return 0
-        versions = [int(n[8:]) for n in names if n.startswith("version_") and n[8:].isdigit()]
-        return max(versions) + 1 if versions else 0
+        return next_version(self._fs, self.root_dir)
 
     @property
     def experiment(self) -> Any:
@@ -163,11 +156,7 @@ class TensorBoardLogger(Logger):
         if self._experiment is not None:
             self._experiment.flush()
         if self.hparams:
-            self._fs.makedirs(self.log_dir, exist_ok=True)
-            plain = {k: v if isinstance(v, (bool, int, float, str, list, dict, type(None))) else repr(v)
-                     for k, v in self.hparams.items()}
-            with self._fs.open(f"{self.log_dir}/hparams.yaml", "w") as stream:
-                yaml.safe_dump(plain, stream, sort_keys=False)
+            write_hparams(self._fs, self.log_dir, self.hparams)
 
     def finalize(self, status: str) -> None:
         """Flush, write ``hparams.yaml`` and close the event file."""
