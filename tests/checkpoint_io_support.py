@@ -1,4 +1,5 @@
-"""What the checkpoint IO test suites share: real filesystem roots, comparison of loaded checkpoints.
+"""What the checkpoint IO test suites share: real filesystem roots, comparison of loaded checkpoints,
+and a save loop killed with SIGKILL in the middle of a write.
 
 Used by ``tests/core/io`` (TorchCheckpointIO) and ``tests/io_xla`` (XLACheckpointIO), which import the
 fixtures into their modules.
@@ -6,8 +7,13 @@ fixtures into their modules.
 
 from __future__ import annotations
 
+import signal
+import subprocess
+import sys
+import textwrap
+import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -63,3 +69,74 @@ def listing(root: str) -> list[str]:
     """The names of the files in the directory ``root`` (any fsspec URL), sorted."""
     fs, path = fsspec.core.url_to_fs(root)
     return sorted(p.rsplit("/", 1)[-1] for p in fs.ls(path, detail=False))
+
+
+# -- a real SIGKILL in the middle of a save -------------------------------------------------------
+
+_SAVE_LOOP = """
+import sys, torch
+{imports}
+
+path = sys.argv[1]
+io = {io}
+for step in range(1, 10_000):
+    # 3 x 48 MB, every element equal to the step: a torn file would mix values or be cut short
+    checkpoint = {{"step": step, "weights": [torch.full((12_000_000,), float(step)) for _ in range(3)]}}
+    io.save_checkpoint(checkpoint, path)
+    print(step, flush=True)
+"""
+
+
+def _temporary_bytes(directory: Path) -> int:
+    total = 0
+    for p in directory.iterdir():
+        if p.name.startswith(".last.ckpt.tmp-"):
+            try:
+                total += p.stat().st_size
+            except FileNotFoundError:  # renamed meanwhile
+                pass
+    return total
+
+
+def kill_while_writing(tmp_path: Path, kill_after_bytes: int, *, imports: str, io: str,
+                       env: Mapping[str, str] | None = None) -> tuple[int, int, list[Path]]:
+    """Save 144 MB checkpoints to ``<tmp_path>/ckpt/last.ckpt`` in a loop, in a child; SIGKILL it mid-write.
+
+    The child runs ``imports`` (source lines), then saves with the IO that the expression ``io``
+    builds. It is killed once a later save's temporary file holds ``kill_after_bytes``.
+
+    Returns:
+        The last step the child reported complete, the size of the final file, and the other files.
+    """
+    script = tmp_path / "save_loop.py"
+    script.write_text(_SAVE_LOOP.format(imports=textwrap.dedent(imports).strip(), io=io))
+    target = tmp_path / "ckpt" / "last.ckpt"
+    proc = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE, text=True,
+                            env=None if env is None else dict(env))
+    try:
+        assert proc.stdout is not None
+        first = proc.stdout.readline()  # one save is complete: from now on the file must always load
+        assert first.strip() == "1", first
+        deadline = time.monotonic() + 60
+        while _temporary_bytes(target.parent) < kill_after_bytes:  # a later save is writing its temporary file
+            assert time.monotonic() < deadline, "the next save never started writing"
+            time.sleep(0.0005)
+        proc.send_signal(signal.SIGKILL)
+        rest = proc.communicate(timeout=30)[0]
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    last_printed = int([first, *rest.split()][-1])
+    return last_printed, target.stat().st_size, [p for p in target.parent.iterdir() if p.name != "last.ckpt"]
+
+
+def assert_last_complete(loaded: dict[str, Any], last_printed: int, size: int, leftovers: list[Path]) -> None:
+    """``loaded`` is a whole checkpoint of the loop, and only a hidden temporary file may be left beside it."""
+    # a save is complete when it returns; the killed one may have renamed its file just before printing
+    assert loaded["step"] in (last_printed, last_printed + 1)
+    assert len(loaded["weights"]) == 3
+    for weights in loaded["weights"]:
+        assert weights.numel() == 12_000_000 and bool((weights == float(loaded["step"])).all())
+    # the half-written temporary file may stay behind (hidden, never under the final name)
+    assert all(p.name.startswith(".last.ckpt.tmp-") and p.stat().st_size < size for p in leftovers)

@@ -4,11 +4,7 @@ loading onto the right device."""
 from __future__ import annotations
 
 import pickle
-import signal
-import subprocess
 import sys
-import textwrap
-import time
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -18,7 +14,7 @@ import torch
 
 import torchplug
 from tests.accel_tpu.fake import subprocess_env
-from tests.checkpoint_io_support import Unpicklable, assert_same, listing
+from tests.checkpoint_io_support import Unpicklable, assert_last_complete, assert_same, kill_while_writing, listing
 from torchplug_xla_io import XLACheckpointIO
 from torchplug_xla_io.checkpoint_io import to_cpu
 
@@ -161,66 +157,13 @@ def test_load_falls_back_to_xla_device_on_older_torch_xla(tmp_path: Path, fake_x
 
 # -- a real SIGKILL in the middle of a save -------------------------------------------------------
 
-SAVE_LOOP = """
-    import sys, torch
-    import torch_xla  # the fake: the saves go through its batched transfer to the CPU
-    from torchplug_xla_io import XLACheckpointIO
-
-    path = sys.argv[1]
-    io = XLACheckpointIO()
-    for step in range(1, 10_000):
-        # 3 x 48 MB, every element equal to the step: a torn file would mix values or be cut short
-        checkpoint = {"step": step, "weights": [torch.full((12_000_000,), float(step)) for _ in range(3)]}
-        io.save_checkpoint(checkpoint, path)
-        print(step, flush=True)
-"""
-
-
-def _temporary_bytes(directory: Path) -> int:
-    total = 0
-    for p in directory.iterdir():
-        if p.name.startswith(".last.ckpt.tmp-"):
-            try:
-                total += p.stat().st_size
-            except FileNotFoundError:  # renamed meanwhile
-                pass
-    return total
-
-
-def _kill_while_writing(tmp_path: Path, kill_after_bytes: int) -> tuple[int, int, list[Path]]:
-    """Start the save loop; SIGKILL it once a temporary file holds ``kill_after_bytes``."""
-    script = tmp_path / "save_loop.py"
-    script.write_text(textwrap.dedent(SAVE_LOOP))
-    target = tmp_path / "ckpt" / "last.ckpt"
-    proc = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE, text=True,
-                            env=subprocess_env(fake=True))
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # one save is complete: from now on the file must always load
-        assert first.strip() == "1", first
-        deadline = time.monotonic() + 60
-        while _temporary_bytes(target.parent) < kill_after_bytes:  # a later save is writing its temporary file
-            assert time.monotonic() < deadline, "the next save never started writing"
-            time.sleep(0.0005)
-        proc.send_signal(signal.SIGKILL)
-        rest = proc.communicate(timeout=30)[0]
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    last_printed = int([first, *rest.split()][-1])
-    return last_printed, target.stat().st_size, [p for p in target.parent.iterdir() if p.name != "last.ckpt"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after_mb", [1, 64, 128], ids=lambda mb: f"killed-after-{mb}MB-of-144MB")
 def test_sigkill_mid_save_leaves_the_last_complete_checkpoint(tmp_path: Path, kill_after_mb: int) -> None:
-    last_printed, size, leftovers = _kill_while_writing(tmp_path, kill_after_mb * 2**20)
+    last_printed, size, leftovers = kill_while_writing(
+        tmp_path, kill_after_mb * 2**20, env=subprocess_env(fake=True),
+        # the fake torch_xla: the saves go through its batched transfer to the CPU
+        imports="import torch_xla\nfrom torchplug_xla_io import XLACheckpointIO", io="XLACheckpointIO()",
+    )
     loaded = XLACheckpointIO().load_checkpoint(str(tmp_path / "ckpt" / "last.ckpt"), map_location="cpu")
-    # a save is complete when it returns; the killed one may have renamed its file just before printing
-    assert loaded["step"] in (last_printed, last_printed + 1)
-    assert len(loaded["weights"]) == 3
-    for weights in loaded["weights"]:
-        assert weights.numel() == 12_000_000 and bool((weights == float(loaded["step"])).all())
-    # the half-written temporary file may stay behind (hidden, never under the final name)
-    assert all(p.name.startswith(".last.ckpt.tmp-") and p.stat().st_size < size for p in leftovers)
+    assert_last_complete(loaded, last_printed, size, leftovers)

@@ -4,17 +4,12 @@ from __future__ import annotations
 
 import os
 import pickle
-import signal
-import subprocess
-import sys
-import textwrap
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from tests.checkpoint_io_support import Unpicklable, assert_same, listing
+from tests.checkpoint_io_support import Unpicklable, assert_last_complete, assert_same, kill_while_writing, listing
 
 from torchplug.io import TorchCheckpointIO
 
@@ -117,67 +112,11 @@ def test_fsync_flushes_the_file_and_its_directory(tmp_path: Path, monkeypatch: p
 
 # -- a real SIGKILL in the middle of a save -----------------------------------------------------
 
-SAVE_LOOP = """
-    import sys, torch
-    from torchplug.io import TorchCheckpointIO
-
-    path = sys.argv[1]
-    io = TorchCheckpointIO()
-    for step in range(1, 10_000):
-        # 3 x 48 MB, every element equal to the step: a torn file would mix values or be cut short
-        checkpoint = {"step": step, "weights": [torch.full((12_000_000,), float(step)) for _ in range(3)]}
-        io.save_checkpoint(checkpoint, path)
-        print(step, flush=True)
-"""
-
-
-def _temporary_bytes(directory: Path) -> int:
-    total = 0
-    for p in directory.iterdir():
-        if p.name.startswith(".last.ckpt.tmp-"):
-            try:
-                total += p.stat().st_size
-            except FileNotFoundError:  # renamed meanwhile
-                pass
-    return total
-
-
-def _kill_while_writing(tmp_path: Path, kill_after_bytes: int) -> tuple[int, int, list[Path]]:
-    """Start the save loop; SIGKILL it once a temporary file holds ``kill_after_bytes``.
-
-    Returns the last step the child reported complete, the size of the final file, and the other files.
-    """
-    script = tmp_path / "save_loop.py"
-    script.write_text(textwrap.dedent(SAVE_LOOP))
-    target = tmp_path / "ckpt" / "last.ckpt"
-    proc = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        first = proc.stdout.readline()  # one save is complete: from now on the file must always load
-        assert first.strip() == "1", first
-        deadline = time.monotonic() + 60
-        while _temporary_bytes(target.parent) < kill_after_bytes:  # a later save is writing its temporary file
-            assert time.monotonic() < deadline, "the next save never started writing"
-            time.sleep(0.0005)
-        proc.send_signal(signal.SIGKILL)
-        rest = proc.communicate(timeout=30)[0]
-    finally:
-        proc.kill()
-        proc.wait()
-    assert proc.returncode == -signal.SIGKILL
-    last_printed = int([first, *rest.split()][-1])
-    return last_printed, target.stat().st_size, [p for p in target.parent.iterdir() if p.name != "last.ckpt"]
-
-
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after_mb", [1, 64, 128], ids=lambda mb: f"killed-after-{mb}MB-of-144MB")
 def test_sigkill_mid_save_leaves_the_last_complete_checkpoint(tmp_path: Path, kill_after_mb: int) -> None:
-    last_printed, size, leftovers = _kill_while_writing(tmp_path, kill_after_mb * 2**20)
+    last_printed, size, leftovers = kill_while_writing(
+        tmp_path, kill_after_mb * 2**20, imports="from torchplug.io import TorchCheckpointIO", io="TorchCheckpointIO()"
+    )
     loaded = TorchCheckpointIO().load_checkpoint(str(tmp_path / "ckpt" / "last.ckpt"))
-    # a save is complete when it returns; the killed one may have renamed its file just before printing
-    assert loaded["step"] in (last_printed, last_printed + 1)
-    assert len(loaded["weights"]) == 3
-    for weights in loaded["weights"]:
-        assert weights.numel() == 12_000_000 and bool((weights == float(loaded["step"])).all())
-    # the half-written temporary file may stay behind (hidden, never under the final name)
-    assert all(p.name.startswith(".last.ckpt.tmp-") and p.stat().st_size < size for p in leftovers)
+    assert_last_complete(loaded, last_printed, size, leftovers)
