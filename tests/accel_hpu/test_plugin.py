@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,6 +12,7 @@ import pytest
 
 import torchplug
 from tests.accel_hpu.fake import NOT_INSTALLED, subprocess_env
+from tests.plugin_listing_support import entries_of, plugins_listing
 from torchplug_hpu import _habana, _plugin
 
 NAMES = {
@@ -28,20 +28,11 @@ HEAVY = {"torch", "habana_frameworks"}
 
 def listing(fake: bool, *args: str) -> dict[str, Any]:
     """``core plugins list --json ARGS`` in a fresh interpreter, plus which heavy modules it imported."""
-    code = ("import json, runpy, sys\nsys.argv = ['core', 'plugins', 'list', '--json', *sys.argv[1:]]\n"
-            "try:\n    runpy.run_module('torchplug', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY!r})\n"
-            "print(json.dumps(heavy), file=sys.stderr)")
-    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                            env=subprocess_env(fake), check=False)
-    assert result.stdout, result.stderr
-    data = json.loads(result.stdout)
-    data["imported"] = json.loads(result.stderr.strip().splitlines()[-1])
-    return data  # type: ignore[no-any-return]
+    return plugins_listing(subprocess_env(fake), HEAVY, *args)
 
 
 def ours(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(e["kind"], e["name"]): e for e in data["entries"] if e["provider"]["distribution"] == "accel-hpu"}
+    return entries_of(data, "accel-hpu")
 
 
 def test_every_name_is_registered_lazily_by_accel_hpu() -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import subprocess
 import sys
 from collections.abc import Callable
@@ -13,6 +12,7 @@ import pytest
 
 import torchplug
 from tests.accel_tpu.fake import NOT_INSTALLED, subprocess_env
+from tests.plugin_listing_support import entries_of, plugins_listing
 from torchplug_tpu import _plugin, _xla
 
 NAMES = {
@@ -29,20 +29,11 @@ NAMES = {
 
 def listing(fake: bool, *args: str) -> dict[str, Any]:
     """``core plugins list --json ARGS`` in a fresh interpreter, plus which heavy modules it imported."""
-    code = ("import json, runpy, sys\nsys.argv = ['core', 'plugins', 'list', '--json', *sys.argv[1:]]\n"
-            "try:\n    runpy.run_module('torchplug', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "heavy = sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'torch_xla'})\n"
-            "print(json.dumps(heavy), file=sys.stderr)")
-    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                            env=subprocess_env(fake), check=False)
-    assert result.stdout, result.stderr
-    data = json.loads(result.stdout)
-    data["imported"] = json.loads(result.stderr.strip().splitlines()[-1])
-    return data  # type: ignore[no-any-return]
+    return plugins_listing(subprocess_env(fake), {'torch', 'torch_xla'}, *args)
 
 
 def ours(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
-    return {(e["kind"], e["name"]): e for e in data["entries"] if e["provider"]["distribution"] == "accel-tpu"}
+    return entries_of(data, "accel-tpu")
 
 
 def test_every_name_is_registered_lazily_by_accel_tpu() -> None:
