@@ -35,11 +35,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
             monkeypatch.delenv(name)
 
 
-def set_env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
-
-
 @pytest.fixture
 def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     """A real executable named ``scontrol``, first on PATH, that records its arguments and exits with $FAKE_EXIT.

@@ -11,7 +11,7 @@ import sys
 
 import pytest
 
-from tests.env_slurm.conftest import set_env
+from tests.environment_support import set_env
 from torchplug import plugin_host
 from torchplug.environments.detection import select_cluster_environment
 from torchplug_slurm import SLURMEnvironment

@@ -7,8 +7,8 @@ import signal
 
 import pytest
 
-from tests.env_slurm.conftest import set_env
 from tests.env_slurm.test_detection import SRUN_TASK
+from tests.environment_support import set_env
 from torchplug import MisconfigurationError
 from torchplug_slurm import SLURMEnvironment
 from torchplug_slurm.rendezvous import PORT_BASE, PORT_SPAN, derive_port

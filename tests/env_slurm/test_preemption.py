@@ -17,8 +17,9 @@ from typing import Any
 
 import pytest
 
-from tests.env_slurm.conftest import calls, set_env
+from tests.env_slurm.conftest import calls
 from tests.env_slurm.test_detection import SRUN_TASK
+from tests.environment_support import set_env
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug_slurm import SLURMEnvironment
 from torchplug_slurm.preemption import SignalWatch, parse_signal

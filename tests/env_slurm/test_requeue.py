@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.env_slurm.conftest import calls, set_env
+from tests.env_slurm.conftest import calls
 from tests.env_slurm.test_detection import SRUN_TASK
+from tests.environment_support import set_env
 from torchplug import MisconfigurationError
 from torchplug_slurm import RequeueError, SLURMEnvironment
 from torchplug_slurm.requeue import requeue_command, requeue_job

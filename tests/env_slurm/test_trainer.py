@@ -16,9 +16,10 @@ import torch
 from torch.utils.data import DataLoader
 
 import torchplug
-from tests.env_slurm.conftest import calls, set_env
+from tests.env_slurm.conftest import calls
 from tests.env_slurm.scripts.train import MLP, dataset
 from tests.env_slurm.test_detection import SRUN_TASK
+from tests.environment_support import set_env
 from torchplug_slurm import RequeueError, SLURMEnvironment
 
 ONE_TASK = {**SRUN_TASK, "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",

@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import ClassVar
 
 import pytest
+from tests.environment_support import set_env
 
 from torchplug import BrokenPluginError, MisconfigurationError, UnknownPluginError
 from torchplug._registry import Provider, Registry
@@ -76,11 +77,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(_PREFIXES) or name in _NAMES:
             monkeypatch.delenv(name)
-
-
-def set_env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
 
 
 def registry(**extra: str | type) -> Registry:

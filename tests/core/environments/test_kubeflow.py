@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from tests.environment_support import assert_no_method_writes_the_environment, set_env
 
 from torchplug import MisconfigurationError
 from torchplug.environments.kubeflow import KubeflowEnvironment
@@ -27,11 +28,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(_PREFIXES) or name in _NAMES:
             monkeypatch.delenv(name)
-
-
-def set_env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
 
 
 def without(values: dict[str, str], name: str) -> dict[str, str]:
@@ -114,14 +110,4 @@ def test_validate_settings_errors(
 
 def test_no_method_writes_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     set_env(monkeypatch, PYTORCHJOB)
-    before = dict(os.environ)
-    KubeflowEnvironment.detect()
-    KubeflowEnvironment.detect_reason()
-    env = KubeflowEnvironment()
-    _ = (env.creates_processes_externally, env.main_address, env.main_port)
-    env.world_size(), env.global_rank(), env.local_rank(), env.node_rank(), env.processes_per_node()
-    env.set_world_size(3)
-    env.set_global_rank(2)
-    env.validate_settings(1, 4)
-    env.teardown()
-    assert dict(os.environ) == before
+    assert_no_method_writes_the_environment(KubeflowEnvironment, 1, 4)

@@ -7,6 +7,7 @@ import socket
 from pathlib import Path
 
 import pytest
+from tests.environment_support import assert_no_method_writes_the_environment
 
 from torchplug import MisconfigurationError
 from torchplug.environments.lsf import LSFEnvironment
@@ -185,15 +186,5 @@ def test_validate_settings() -> None:
 @pytest.mark.usefixtures("lsf_job")
 def test_no_method_writes_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(socket, "gethostname", lambda: "nodeB")
-    before = dict(os.environ)
-    LSFEnvironment.detect()
-    LSFEnvironment.detect_reason()
-    env = LSFEnvironment()
-    _ = (env.creates_processes_externally, env.main_address, env.main_port)
-    env.world_size(), env.global_rank(), env.local_rank(), env.node_rank(), env.processes_per_node()
-    env.set_world_size(3)
-    env.set_global_rank(2)
-    env.validate_settings(2, 3)
-    env.teardown()
-    assert dict(os.environ) == before
+    assert_no_method_writes_the_environment(LSFEnvironment, 2, 3)
     assert "MASTER_ADDR" not in os.environ and "MASTER_PORT" not in os.environ

@@ -8,6 +8,7 @@ import sys
 import types
 
 import pytest
+from tests.environment_support import assert_no_method_writes_the_environment, set_env
 
 from torchplug import MisconfigurationError
 from torchplug.environments.mpi import MPIEnvironment
@@ -36,11 +37,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         if name.startswith(_PREFIXES) or name in _NAMES:
             monkeypatch.delenv(name)
     monkeypatch.setitem(sys.modules, "mpi4py", None)
-
-
-def set_env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
 
 
 class FakeComm:
@@ -213,14 +209,4 @@ def test_detect_never_imports_mpi4py(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_no_method_writes_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     set_env(monkeypatch, OPEN_MPI)
     fake_mpi4py(monkeypatch, FakeComm(rank=6, from_root="node0"))
-    before = dict(os.environ)
-    MPIEnvironment.detect()
-    MPIEnvironment.detect_reason()
-    mpi = MPIEnvironment()
-    _ = (mpi.creates_processes_externally, mpi.main_address)
-    mpi.world_size(), mpi.global_rank(), mpi.local_rank(), mpi.node_rank(), mpi.processes_per_node()
-    mpi.set_world_size(3)
-    mpi.set_global_rank(2)
-    mpi.validate_settings(4, 2)
-    mpi.teardown()
-    assert dict(os.environ) == before
+    assert_no_method_writes_the_environment(MPIEnvironment, 4, 2, read_port=False)

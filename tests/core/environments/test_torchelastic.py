@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 import pytest
+from tests.environment_support import assert_no_method_writes_the_environment, set_env
 
 from torchplug import MisconfigurationError
 from torchplug.environments.torchelastic import TorchElasticEnvironment
@@ -24,11 +25,6 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in list(os.environ):
         if name.startswith(_PREFIXES) or name in _NAMES:
             monkeypatch.delenv(name)
-
-
-def set_env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
-    for name, value in values.items():
-        monkeypatch.setenv(name, value)
 
 
 @pytest.mark.parametrize(
@@ -139,14 +135,4 @@ def test_validate_settings_errors_name_the_flags(
 
 def test_no_method_writes_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     set_env(monkeypatch, TORCHRUN)
-    before = dict(os.environ)
-    TorchElasticEnvironment.detect()
-    TorchElasticEnvironment.detect_reason()
-    env = TorchElasticEnvironment()
-    _ = (env.creates_processes_externally, env.main_address, env.main_port)
-    env.world_size(), env.global_rank(), env.local_rank(), env.node_rank(), env.processes_per_node()
-    env.set_world_size(3)
-    env.set_global_rank(2)
-    env.validate_settings(4, 2)
-    env.teardown()
-    assert dict(os.environ) == before
+    assert_no_method_writes_the_environment(TorchElasticEnvironment, 4, 2)
