@@ -17,7 +17,36 @@ __all__ = ["HalfPrecision", "cast_floating", "default_dtype"]
 _DTYPES: Final = {"16-true": torch.float16, "bf16-true": torch.bfloat16}
 
 
-class HalfPrecision(Precision):
+class _WholeDtypePrecision(Precision):
+    """A precision that keeps everything in one floating-point :attr:`dtype` (the ``*-true`` precisions)."""
+
+    #: The dtype of the parameters, inputs and activations.
+    dtype: torch.dtype
+
+    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
+        """Cast the module's floating-point parameters and buffers to :attr:`dtype`."""
+        return module.to(dtype=self.dtype)
+
+    @contextlib.contextmanager
+    def tensor_init_context(self) -> Generator[None, None, None]:
+        """Make :attr:`dtype` the default dtype inside the block (restored on exit, even on error)."""
+        with default_dtype(self.dtype):
+            yield
+
+    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
+        """Make :attr:`dtype` the default dtype while the step runs, so tensors it creates match the weights."""
+        return default_dtype(self.dtype)
+
+    def convert_input(self, data: Any) -> Any:
+        """Cast the floating-point tensors of ``data`` (nested lists, tuples, dicts, dataclasses) to :attr:`dtype`."""
+        return cast_floating(data, self.dtype)
+
+    def convert_output(self, data: Any) -> Any:
+        """Cast the floating-point tensors of ``data`` back to float32."""
+        return cast_floating(data, torch.float32)
+
+
+class HalfPrecision(_WholeDtypePrecision):
     """Train with every floating-point parameter, buffer, input and activation in 16 bits.
 
     Halves the memory of the weights and of the optimizer state, at the cost of accuracy: there
@@ -53,28 +82,6 @@ class HalfPrecision(Precision):
             )
         self.precision: str = precision
         self.dtype: torch.dtype = dtype
-
-    def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Cast the module's floating-point parameters and buffers to :attr:`dtype`."""
-        return module.to(dtype=self.dtype)
-
-    @contextlib.contextmanager
-    def tensor_init_context(self) -> Generator[None, None, None]:
-        """Make :attr:`dtype` the default dtype inside the block (restored on exit, even on error)."""
-        with default_dtype(self.dtype):
-            yield
-
-    def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        """Make :attr:`dtype` the default dtype while the step runs, so tensors it creates match the weights."""
-        return default_dtype(self.dtype)
-
-    def convert_input(self, data: Any) -> Any:
-        """Cast the floating-point tensors of ``data`` (nested lists, tuples, dicts, dataclasses) to :attr:`dtype`."""
-        return cast_floating(data, self.dtype)
-
-    def convert_output(self, data: Any) -> Any:
-        """Cast the floating-point tensors of ``data`` back to float32."""
-        return cast_floating(data, torch.float32)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}(precision={self.precision!r})"
