@@ -10,20 +10,16 @@ rather than in the core. Integers stay exact up to 2**24.
 from __future__ import annotations
 
 import pickle
-from collections.abc import Callable
 from datetime import timedelta
 from typing import Any, Final, TypeVar
 
 import torch
 import torch.distributed as dist
-from torch.optim import Optimizer
 
 from torchplug import Accelerator, CheckpointIO, ClusterEnvironment, Precision
 from torchplug.strategies.ddp import DDPStrategy
-from torchplug.utilities.apply import move_to_device
 from torchplug_hpu import _habana
-from torchplug_hpu.precision import hpu_precision_name
-from torchplug_hpu.single import check_hpu_accelerator
+from torchplug_hpu.single import HPUStrategyMixin, check_hpu_accelerator
 
 __all__ = ["HPUParallelStrategy"]
 
@@ -36,7 +32,7 @@ _REDUCE_OPS: Final = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max"
 _HCCL_DTYPES: Final = (torch.float32, torch.bfloat16, torch.float16)
 
 
-class HPUParallelStrategy(DDPStrategy):
+class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
     """Data parallel training on several HPUs with ``DistributedDataParallel`` over HCCL.
 
     Before joining the process group, each process imports
@@ -70,10 +66,6 @@ class HPUParallelStrategy(DDPStrategy):
 
     # -- set-up ---------------------------------------------------------------------------------
 
-    def precision_for(self, precision: str) -> str:
-        """The HPU precision for the user's name (unsupported names are refused with the choices)."""
-        return hpu_precision_name(precision)
-
     def _configure_launcher(self) -> None:
         check_hpu_accelerator(self.accelerator, "hpu_parallel")
         super()._configure_launcher()
@@ -84,19 +76,6 @@ class HPUParallelStrategy(DDPStrategy):
         if (self.process_group_backend or self.accelerator.process_group_backend) == "hccl":
             _habana.import_hccl()
         super().setup_environment()
-
-    # -- steps ----------------------------------------------------------------------------------
-
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
-        """Backward through DDP and the precision, then run the recorded graph (``mark_step``)."""
-        super().backward(loss, optimizer)
-        _habana.mark_step()
-
-    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
-        """Step through the precision, then run the recorded graph (``mark_step``)."""
-        result = super().optimizer_step(optimizer, closure)
-        _habana.mark_step()
-        return result
 
     # -- collectives: HCCL reduces floating-point tensors only -----------------------------------
 
@@ -137,13 +116,6 @@ class HPUParallelStrategy(DDPStrategy):
         data = data.to(self.root_device)
         dist.broadcast(data, src=src)
         return pickle.loads(bytes(data.cpu().tolist()))  # type: ignore[no-any-return]
-
-    # -- checkpoints ----------------------------------------------------------------------------
-
-    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
-        """Write CPU copies of the checkpoint's tensors through the checkpoint IO, from rank 0 only."""
-        if self.is_global_zero:
-            super().save_checkpoint(move_to_device(checkpoint, torch.device("cpu")), filepath, storage_options)
 
     def __repr__(self) -> str:
         return (f"HPUParallelStrategy(start_method={self.start_method!r}, "
