@@ -1,10 +1,14 @@
-"""What the start-up benchmarks share: samples of wall time per command, and their paired comparison."""
+"""What the start-up benchmarks share: wall-time samples, the interleaved timing loop, the paired comparison."""
 
 from __future__ import annotations
 
 import statistics
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+C = TypeVar("C")
 
 
 class BenchmarkError(RuntimeError):
@@ -33,3 +37,25 @@ class Samples:
 def paired_overhead(slow: Samples, base: Samples) -> float:
     """Median over rounds of ``slow - base`` (both measured in the same rounds)."""
     return statistics.median(s - b for s, b in zip(slow.seconds, base.seconds))
+
+
+def interleaved(commands: Mapping[str, C], repeats: int, warmup: int, time_once: Callable[[C], float], *,
+                show_rounds: bool = False) -> dict[str, Samples]:
+    """Time each command ``repeats`` times with ``time_once``, in a rotating order, after ``warmup`` rounds.
+
+    Rotating the order keeps any effect of a command's position in the round (caches, CPU
+    frequency, a neighbour's load) from falling on one command only. ``show_rounds`` prints each
+    timed round's figures to stderr as it ends.
+    """
+    labels = list(commands)
+    samples = {label: Samples(label) for label in labels}
+    for round_ in range(warmup + repeats):
+        shift = round_ % len(labels)
+        for label in labels[shift:] + labels[:shift]:
+            elapsed = time_once(commands[label])
+            if round_ >= warmup:
+                samples[label].seconds.append(elapsed)
+        if show_rounds and round_ >= warmup:
+            done = ", ".join(f"{k} {v.seconds[-1]:.3f}" for k, v in samples.items())
+            print(f"  round {round_ - warmup + 1}/{repeats}: {done}", file=sys.stderr, flush=True)
+    return samples

@@ -168,7 +168,16 @@ def _timed_model_class() -> type[Any]:
         return cls  # type: ignore[no-any-return]
     import torchplug
 
-    class TimedModel(torchplug.Module):
+    TimedModel = _timed_model_on(torchplug.Module)
+    TimedModel.__qualname__ = "TimedModel"
+    globals()["TimedModel"] = TimedModel
+    return TimedModel
+
+
+def _timed_model_on(base: type[Any]) -> type[Any]:
+    """The benchmark's model on ``base`` (torchplug's or Lightning's module class), so both time the same step."""
+
+    class TimedModel(base):  # type: ignore[misc, valid-type]
         def __init__(self) -> None:
             super().__init__()
             self.net = _net()
@@ -190,8 +199,6 @@ def _timed_model_class() -> type[Any]:
         def on_train_end(self) -> None:
             _step_report(self.global_rank, self.walls, self.cpus, self.first)
 
-    TimedModel.__qualname__ = "TimedModel"
-    globals()["TimedModel"] = TimedModel
     return TimedModel
 
 
@@ -226,34 +233,13 @@ def worker_lightning(steps: int) -> None:
     imported = time.time()
     torch.set_num_threads(1)
 
-    class Model(pl.LightningModule):  # type: ignore[misc]
-        def __init__(self) -> None:
-            super().__init__()
-            self.net = _net()
-            self.walls: list[float] = []
-            self.cpus: list[float] = []
-            self.first = 0.0
-
-        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
-            self.walls.append(time.perf_counter())
-            self.cpus.append(time.thread_time())
-            if batch_idx == 0:
-                self.first = time.time()
-            x, y = batch
-            return torch.nn.functional.mse_loss(self.net(x), y)
-
-        def configure_optimizers(self) -> torch.optim.Optimizer:
-            return torch.optim.SGD(self.parameters(), lr=0.01)
-
-        def on_train_end(self) -> None:
-            _step_report(self.global_rank, self.walls, self.cpus, self.first)
-
+    model_class = _timed_model_on(pl.LightningModule)
     trainer = pl.Trainer(accelerator="cpu", devices=WORLD, strategy="ddp", max_epochs=1, logger=False,
                          enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0,
                          enable_model_summary=False)
     loader = DataLoader(_dataset(steps), batch_size=BATCH, shuffle=True)
     start = time.perf_counter()
-    trainer.fit(Model(), loader)
+    trainer.fit(model_class(), loader)
     fit_s = time.perf_counter() - start
     if trainer.global_rank == 0:
         _report(kind="main", fit_s=fit_s, import_s=imported - _launched_at())

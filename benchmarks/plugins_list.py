@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from _timing import BenchmarkError, Samples, paired_overhead
+from _timing import BenchmarkError, Samples, interleaved, paired_overhead
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 CONSTRAINTS: Final = ROOT / "constraints.txt"
@@ -161,21 +161,9 @@ def time_once(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> float:
 
 
 def measure(commands: dict[str, list[str]], repeats: int, cwd: Path) -> dict[str, Samples]:
-    """Time every command ``repeats`` times, interleaved, in a rotating order, after warm-up rounds.
-
-    Rotating the order keeps any effect of a command's position in the round (caches, CPU
-    frequency, a neighbour's load) from falling on one command only.
-    """
+    """Time every command ``repeats`` times, interleaved, in a rotating order, after warm-up rounds."""
     env = clean_env()
-    labels = list(commands)
-    samples = {label: Samples(label) for label in labels}
-    for round_ in range(WARMUP_ROUNDS + repeats):
-        shift = round_ % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            elapsed = time_once(commands[label], cwd, env)
-            if round_ >= WARMUP_ROUNDS:
-                samples[label].seconds.append(elapsed)
-    return samples
+    return interleaved(commands, repeats, WARMUP_ROUNDS, lambda argv: time_once(argv, cwd, env))
 
 
 def progress(message: str) -> None:

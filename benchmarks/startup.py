@@ -59,7 +59,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from _timing import BenchmarkError, Samples, paired_overhead
+from _timing import BenchmarkError, Samples, interleaved, paired_overhead
 
 TARGET_S: Final = 0.200
 WARMUP_ROUNDS: Final = 2
@@ -169,18 +169,7 @@ def time_once(code: str, cwd: Path, env: dict[str, str]) -> float:
 
 def measure(commands: dict[str, str], repeats: int, cwd: Path, env: dict[str, str]) -> dict[str, Samples]:
     """Time every command ``repeats`` times, interleaved, in a rotating order, after warm-up rounds."""
-    labels = list(commands)
-    samples = {label: Samples(label) for label in labels}
-    for round_ in range(WARMUP_ROUNDS + repeats):
-        shift = round_ % len(labels)
-        for label in labels[shift:] + labels[:shift]:
-            elapsed = time_once(commands[label], cwd, env)
-            if round_ >= WARMUP_ROUNDS:
-                samples[label].seconds.append(elapsed)
-        if round_ >= WARMUP_ROUNDS:
-            done = ", ".join(f"{k} {v.seconds[-1]:.3f}" for k, v in samples.items())
-            print(f"  round {round_ - WARMUP_ROUNDS + 1}/{repeats}: {done}", file=sys.stderr, flush=True)
-    return samples
+    return interleaved(commands, repeats, WARMUP_ROUNDS, lambda code: time_once(code, cwd, env), show_rounds=True)
 
 
 # -- what the Trainer case imports ------------------------------------------------------------
