@@ -39,8 +39,9 @@ def paired_overhead(slow: Samples, base: Samples) -> float:
     return statistics.median(s - b for s, b in zip(slow.seconds, base.seconds))
 
 
-def interleaved(commands: Mapping[str, C], repeats: int, warmup: int, time_once: Callable[[C], float], *,
-                show_rounds: bool = False) -> dict[str, Samples]:
+def interleaved(
+    commands: Mapping[str, C], repeats: int, warmup: int, time_once: Callable[[C], float], *, show_rounds: bool = False
+) -> dict[str, Samples]:
     """Time each command ``repeats`` times with ``time_once``, in a rotating order, after ``warmup`` rounds.
 
     Rotating the order keeps any effect of a command's position in the round (caches, CPU

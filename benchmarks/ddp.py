@@ -109,8 +109,9 @@ def _dataset(steps: int) -> TensorDataset:
 
 def _net() -> torch.nn.Module:
     torch.manual_seed(0)
-    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                               torch.nn.Linear(64, 1))
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+    )
 
 
 def _steady_ms(stamps: list[float]) -> float:
@@ -118,8 +119,14 @@ def _steady_ms(stamps: list[float]) -> float:
 
 
 def _step_report(rank: int, walls: list[float], cpus: list[float], first_step_at: float) -> None:
-    _report(kind="rank", rank=rank, steps=len(walls), steady_ms=_steady_ms(walls), cpu_ms=_steady_ms(cpus),
-            first_step_s=first_step_at - _launched_at())
+    _report(
+        kind="rank",
+        rank=rank,
+        steps=len(walls),
+        steady_ms=_steady_ms(walls),
+        cpu_ms=_steady_ms(cpus),
+        first_step_s=first_step_at - _launched_at(),
+    )
 
 
 def worker_plain(steps: int) -> None:
@@ -216,8 +223,16 @@ def worker_torchplug(steps: int, strategy: str) -> None:
     model_class = _timed_model_class()
     imported = time.time()
     torch.set_num_threads(1)
-    trainer = torchplug.Trainer(accelerator="cpu", devices=WORLD, strategy=strategy, max_epochs=1, logger=False,
-                                enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0)
+    trainer = torchplug.Trainer(
+        accelerator="cpu",
+        devices=WORLD,
+        strategy=strategy,
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+    )
     loader = DataLoader(_dataset(steps), batch_size=BATCH, shuffle=True)
     start = time.perf_counter()
     trainer.fit(model_class(), loader)
@@ -234,9 +249,17 @@ def worker_lightning(steps: int) -> None:
     torch.set_num_threads(1)
 
     model_class = _timed_model_on(pl.LightningModule)
-    trainer = pl.Trainer(accelerator="cpu", devices=WORLD, strategy="ddp", max_epochs=1, logger=False,
-                         enable_checkpointing=False, enable_progress_bar=False, num_sanity_val_steps=0,
-                         enable_model_summary=False)
+    trainer = pl.Trainer(
+        accelerator="cpu",
+        devices=WORLD,
+        strategy="ddp",
+        max_epochs=1,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        enable_model_summary=False,
+    )
     loader = DataLoader(_dataset(steps), batch_size=BATCH, shuffle=True)
     start = time.perf_counter()
     trainer.fit(model_class(), loader)
@@ -255,8 +278,18 @@ def _free_port() -> int:
 
 
 def _clean_env() -> dict[str, str]:
-    launcher_vars = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
-                     "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHPLUG_PARENT_PID")
+    launcher_vars = (
+        "LOCAL_RANK",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHELASTIC_RUN_ID",
+        "TORCHPLUG_PARENT_PID",
+    )
     env = {k: v for k, v in os.environ.items() if k not in launcher_vars}
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     return env
@@ -275,21 +308,27 @@ def run_config(config: str, steps: int, timeout: float) -> dict[str, Any]:
         commands = [([*me, "--worker", "lightning"], env)]
     else:
         commands = [([*me, "--worker", "torchplug", "--strategy", config], env)]
-    procs = [subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for cmd, e in commands]
+    procs = [
+        subprocess.Popen(cmd, env=e, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for cmd, e in commands
+    ]
     outputs = [proc.communicate(timeout=timeout) for proc in procs]
     total_s = time.time() - launched
     failed = [(proc.returncode, err) for proc, (_, err) in zip(procs, outputs) if proc.returncode]
     if failed:
         raise RuntimeError(f"{config} failed (exit code {failed[0][0]}):\n{failed[0][1][-3000:]}")
-    reports = [json.loads(line[len(TAG):]) for out, _ in outputs for line in out.splitlines() if line.startswith(TAG)]
+    reports = [json.loads(line[len(TAG) :]) for out, _ in outputs for line in out.splitlines() if line.startswith(TAG)]
     ranks = {r["rank"]: r for r in reports if r["kind"] == "rank"}
     main = next(r for r in reports if r["kind"] == "main")
     if sorted(ranks) != list(range(WORLD)) or {r["steps"] for r in ranks.values()} != {steps}:
         raise RuntimeError(f"{config}: unexpected reports {reports}")
-    return {"steady_ms": ranks[0]["steady_ms"], "cpu_ms": ranks[0]["cpu_ms"],
-            "first_step_s": ranks[0]["first_step_s"], "import_s": main["import_s"], "fit_s": main["fit_s"],
-            "total_s": total_s}
+    return {
+        "steady_ms": ranks[0]["steady_ms"],
+        "cpu_ms": ranks[0]["cpu_ms"],
+        "first_step_s": ranks[0]["first_step_s"],
+        "import_s": main["import_s"],
+        "fit_s": main["fit_s"],
+        "total_s": total_s,
+    }
 
 
 def measure(configs: list[str], steps: int, repeats: int, timeout: float) -> dict[str, list[dict[str, Any]]]:
@@ -315,23 +354,30 @@ def summarise(runs: dict[str, list[dict[str, Any]]]) -> dict[str, Any]:
         if config != "plain" and "plain" in runs:
             row["ratio"] = row["steady_ms"] / rows["plain"]["steady_ms"]
             row["paired_ratio"] = statistics.median(
-                s["steady_ms"] / p["steady_ms"] for s, p in zip(samples, runs["plain"]))
+                s["steady_ms"] / p["steady_ms"] for s, p in zip(samples, runs["plain"])
+            )
             row["cpu_ratio"] = row["cpu_ms"] / rows["plain"]["cpu_ms"]
         rows[config] = row
     return rows
 
 
 def print_report(rows: dict[str, Any], args: argparse.Namespace, notes: list[str]) -> None:
-    print(f"DDP on the CPU (gloo), {WORLD} processes: {args.steps} steps per rank, batch {BATCH} per rank, "
-          f"{args.repeats} interleaved rounds after one warm-up; torch {torch.__version__}, "
-          f"Python {platform.python_version()}, {os.cpu_count()} CPUs, 1 thread per process")
+    print(
+        f"DDP on the CPU (gloo), {WORLD} processes: {args.steps} steps per rank, batch {BATCH} per rank, "
+        f"{args.repeats} interleaved rounds after one warm-up; torch {torch.__version__}, "
+        f"Python {platform.python_version()}, {os.cpu_count()} CPUs, 1 thread per process"
+    )
     print()
-    print(f"{'config':<10} {'steady ms/step':>14} {'cpu ms/step':>11} {'vs plain':>9} {'launch→imports':>14} "
-          f"{'launch→1st step':>15} {'fit()':>7} {'total':>7}")
+    print(
+        f"{'config':<10} {'steady ms/step':>14} {'cpu ms/step':>11} {'vs plain':>9} {'launch→imports':>14} "
+        f"{'launch→1st step':>15} {'fit()':>7} {'total':>7}"
+    )
     for config, row in rows.items():
         ratio = f"{row['ratio']:.2f}x" if "ratio" in row else "–"
-        print(f"{config:<10} {row['steady_ms']:14.3f} {row['cpu_ms']:11.3f} {ratio:>9} {row['import_s']:13.2f}s "
-              f"{row['first_step_s']:14.2f}s {row['fit_s']:6.2f}s {row['total_s']:6.2f}s")
+        print(
+            f"{config:<10} {row['steady_ms']:14.3f} {row['cpu_ms']:11.3f} {ratio:>9} {row['import_s']:13.2f}s "
+            f"{row['first_step_s']:14.2f}s {row['fit_s']:6.2f}s {row['total_s']:6.2f}s"
+        )
     print("  medians over rounds; steady: rank 0 from batch 50 (wall clock); cpu: rank 0's main-thread CPU time")
     print("  per step (thread_time: the work of the step itself, without gloo's threads nor the time other")
     print("  processes held the core); fit(): plain = init_process_group to the end of the loop, ddp = the whole")
@@ -344,32 +390,43 @@ def print_report(rows: dict[str, Any], args: argparse.Namespace, notes: list[str
     if "ddp" in rows and "ratio" in rows["ddp"]:
         row = rows["ddp"]
         verdict = "PASS" if row["ratio"] <= TARGET_RATIO else "FAIL"
-        print(f"torchplug ddp / plain DDP, steady ms/step: {row['ratio']:.2f}x (median of per-round ratios "
-              f"{row['paired_ratio']:.2f}x); target ≤ {TARGET_RATIO}x: {verdict}")
-        print(f"  rank 0's main-thread CPU per step: {row['cpu_ms']:.3f} ms against {rows['plain']['cpu_ms']:.3f} "
-              f"({row['cpu_ratio']:.2f}x): the framework's own work, which the wall clock amplifies on a busy host")
+        print(
+            f"torchplug ddp / plain DDP, steady ms/step: {row['ratio']:.2f}x (median of per-round ratios "
+            f"{row['paired_ratio']:.2f}x); target ≤ {TARGET_RATIO}x: {verdict}"
+        )
+        print(
+            f"  rank 0's main-thread CPU per step: {row['cpu_ms']:.3f} ms against {rows['plain']['cpu_ms']:.3f} "
+            f"({row['cpu_ratio']:.2f}x): the framework's own work, which the wall clock amplifies on a busy host"
+        )
         print("  (the ranks share 2 cores with whatever else runs: extra CPU on one rank delays its peer too).")
     ref = LIGHTNING_REFERENCE
     lit, raw = ref["lightning_ddp"], ref["plain_ddp"]
-    print(f"Lightning 2.6.6 reference ({ref['source']}): {lit['steady_ms']:.2f} ms/step against "
-          f"{raw['steady_ms']:.2f} for plain DDP ({ref['ratio']:.2f}x); launch→first step {lit['first_step_s']:.2f} s "
-          f"against {raw['first_step_s']:.2f} s; fit() {lit['fit_s']:.2f} s; total {lit['total_s']:.2f} s against "
-          f"{raw['total_s']:.2f} s.")
+    print(
+        f"Lightning 2.6.6 reference ({ref['source']}): {lit['steady_ms']:.2f} ms/step against "
+        f"{raw['steady_ms']:.2f} for plain DDP ({ref['ratio']:.2f}x); launch→first step {lit['first_step_s']:.2f} s "
+        f"against {raw['first_step_s']:.2f} s; fit() {lit['fit_s']:.2f} s; total {lit['total_s']:.2f} s against "
+        f"{raw['total_s']:.2f} s."
+    )
     if "ddp" in rows and "plain" in rows:
         ours, plain = rows["ddp"], rows["plain"]
-        print(f"  ours: {ours['steady_ms']:.2f} ms/step against {plain['steady_ms']:.2f} ({ours['ratio']:.2f}x); "
-              f"launch→first step {ours['first_step_s']:.2f} s against {plain['first_step_s']:.2f} s "
-              f"({ours['first_step_s'] - plain['first_step_s']:+.2f} s; Lightning "
-              f"{lit['first_step_s'] - raw['first_step_s']:+.2f} s); total {ours['total_s']:.2f} s against "
-              f"{plain['total_s']:.2f} s.")
+        print(
+            f"  ours: {ours['steady_ms']:.2f} ms/step against {plain['steady_ms']:.2f} ({ours['ratio']:.2f}x); "
+            f"launch→first step {ours['first_step_s']:.2f} s against {plain['first_step_s']:.2f} s "
+            f"({ours['first_step_s'] - plain['first_step_s']:+.2f} s; Lightning "
+            f"{lit['first_step_s'] - raw['first_step_s']:+.2f} s); total {ours['total_s']:.2f} s against "
+            f"{plain['total_s']:.2f} s."
+        )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=500, help="training steps per rank (one epoch)")
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds of every config")
-    parser.add_argument("--configs", default="plain,ddp,ddp_spawn,lightning",
-                        help="comma-separated subset of: " + ", ".join(CONFIGS) + " (plain is always run)")
+    parser.add_argument(
+        "--configs",
+        default="plain,ddp,ddp_spawn,lightning",
+        help="comma-separated subset of: " + ", ".join(CONFIGS) + " (plain is always run)",
+    )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     parser.add_argument("--worker", choices=("plain", "torchplug", "lightning"), help=argparse.SUPPRESS)
@@ -402,9 +459,20 @@ def main(argv: list[str] | None = None) -> int:
         notes.append("lightning: skipped, not importable by this interpreter (its reference figures are below)")
     rows = summarise(measure(requested, args.steps, args.repeats, args.timeout))
     if args.json:
-        print(json.dumps({"steps": args.steps, "repeats": args.repeats, "python": platform.python_version(),
-                          "configs": rows, "target_ratio": TARGET_RATIO, "notes": notes,
-                          "lightning_reference": LIGHTNING_REFERENCE}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "steps": args.steps,
+                    "repeats": args.repeats,
+                    "python": platform.python_version(),
+                    "configs": rows,
+                    "target_ratio": TARGET_RATIO,
+                    "notes": notes,
+                    "lightning_reference": LIGHTNING_REFERENCE,
+                },
+                indent=2,
+            )
+        )
     else:
         print_report(rows, args, notes)
     return 0 if "ddp" in rows and rows["ddp"].get("ratio", float("inf")) <= TARGET_RATIO else 1

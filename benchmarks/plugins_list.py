@@ -152,8 +152,7 @@ def run(argv: Sequence[str], *, cwd: Path | None = None, env: dict[str, str] | N
 def time_once(argv: Sequence[str], cwd: Path, env: dict[str, str]) -> float:
     """Wall time of one fresh process, spawn to exit, with stdout discarded."""
     start = time.perf_counter()
-    proc = subprocess.run(list(argv), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-                          check=False)
+    proc = subprocess.run(list(argv), cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, check=False)
     elapsed = time.perf_counter() - start
     if proc.returncode != 0:
         raise BenchmarkError(f"{' '.join(argv)} exited with {proc.returncode}:\n{proc.stderr.decode()}")
@@ -180,8 +179,7 @@ def our_packages() -> list[Path]:
 
 def build_wheels(packages: list[Path], dest: Path) -> list[Path]:
     """Build one wheel per package into ``dest`` (``pip wheel --no-deps``) and return their paths."""
-    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dest),
-         *map(str, packages)])
+    run([sys.executable, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", str(dest), *map(str, packages)])
     wheels = sorted(dest.glob("*.whl"))
     if len(wheels) != len(packages):
         raise BenchmarkError(f"built {len(wheels)} wheels for {len(packages)} packages: {wheels}")
@@ -308,9 +306,11 @@ def write_synthetic_plugin(site: Path, index: int, width: int) -> None:
     }
     files = {
         **sources,
-        info / "METADATA": (f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n"
-                            f"Summary: Synthetic torchplug plugin {number}\nRequires-Python: >=3.10\n"
-                            "Requires-Dist: core>=0.1,<0.2\n"),
+        info / "METADATA": (
+            f"Metadata-Version: 2.1\nName: {dist}\nVersion: 0.1.0\n"
+            f"Summary: Synthetic torchplug plugin {number}\nRequires-Python: >=3.10\n"
+            "Requires-Dist: core>=0.1,<0.2\n"
+        ),
         info / "WHEEL": _WHEEL,
         info / "entry_points.txt": f"[torchplug.plugins]\nsynth{number} = {module}._plugin\n",
         info / "INSTALLER": "torchplug-benchmarks\n",
@@ -368,11 +368,23 @@ def check_listing(env: Environment, cwd: Path) -> Check:
     clean = clean_env()
     listing = json.loads(run([str(env.core), "plugins", "list", "--json"], cwd=cwd, env=clean))
     accelerators = [e for e in listing["entries"] if e["kind"] == "accelerator"]
-    traced = subprocess.run([str(env.python), "-X", "importtime", "-m", "torchplug", "plugins", "list"],
-                            cwd=cwd, env=clean, capture_output=True, text=True, check=True)
+    traced = subprocess.run(
+        [str(env.python), "-X", "importtime", "-m", "torchplug", "plugins", "list"],
+        cwd=cwd,
+        env=clean,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     modules = [name for name, *_ in parse_importtime(traced.stderr)]
-    watched = subprocess.run([str(env.python), "-c", WATCH_CODE, "plugins", "list"],
-                             cwd=cwd, env=clean, capture_output=True, text=True, check=True)
+    watched = subprocess.run(
+        [str(env.python), "-c", WATCH_CODE, "plugins", "list"],
+        cwd=cwd,
+        env=clean,
+        capture_output=True,
+        text=True,
+        check=True,
+    )
     marker = re.search(r"^HEAVY-IMPORT-ATTEMPTS (.*)$", watched.stderr, re.MULTILINE)
     if marker is None:
         raise BenchmarkError(f"the import watcher reported nothing:\n{watched.stderr}")
@@ -391,8 +403,14 @@ def importtime_breakdown(env: Environment, cwd: Path, runs: int = 3, top: int = 
     """Where the import time of ``python -m torchplug plugins list`` goes (the median run of ``runs``)."""
     outputs = []
     for _ in range(runs):
-        proc = subprocess.run([str(env.python), "-X", "importtime", "-m", "torchplug", "plugins", "list"],
-                              cwd=cwd, env=clean_env(), capture_output=True, text=True, check=True)
+        proc = subprocess.run(
+            [str(env.python), "-X", "importtime", "-m", "torchplug", "plugins", "list"],
+            cwd=cwd,
+            env=clean_env(),
+            capture_output=True,
+            text=True,
+            check=True,
+        )
         rows = parse_importtime(proc.stderr)
         outputs.append((sum(r[2] for r in rows), rows))
     total, rows = sorted(outputs, key=lambda o: o[0])[len(outputs) // 2]
@@ -421,12 +439,18 @@ def lightning_reference(repeats: int, cwd: Path) -> dict[str, Any]:
     if importlib.util.find_spec("lightning") is None:
         return {**LIGHTNING_REFERENCE, "live": False}
     progress(f"measuring PyTorch Lightning live ({sys.executable}), {min(repeats, LIGHTNING_MAX_REPEATS)} repeats")
-    samples = measure({"pass": [sys.executable, "-c", "pass"], "lightning": [sys.executable, "-c", LIGHTNING_CODE]},
-                      min(repeats, LIGHTNING_MAX_REPEATS), cwd)
+    samples = measure(
+        {"pass": [sys.executable, "-c", "pass"], "lightning": [sys.executable, "-c", LIGHTNING_CODE]},
+        min(repeats, LIGHTNING_MAX_REPEATS),
+        cwd,
+    )
     return {
-        "command": LIGHTNING_REFERENCE["command"], "median_s": samples["lightning"].median,
-        "min_s": samples["lightning"].min, "python_pass_median_s": samples["pass"].median,
-        "source": f"with {sys.executable}", "live": True,
+        "command": LIGHTNING_REFERENCE["command"],
+        "median_s": samples["lightning"].median,
+        "min_s": samples["lightning"].min,
+        "python_pass_median_s": samples["pass"].median,
+        "source": f"with {sys.executable}",
+        "live": True,
     }
 
 
@@ -453,13 +477,20 @@ class Setup:
     def as_dict(self) -> dict[str, Any]:
         assert self.python is not None and self.listing is not None and self.check is not None
         return {
-            "title": self.title, "distributions": self.distributions, "target_s": self.target_s,
-            "python_c_pass": self.python.as_dict(), "core_plugins_list": self.listing.as_dict(),
-            "overhead_median_s": paired_overhead(self.listing, self.python), "pass": self.passed,
-            "plugins": self.check.plugins, "plugins_ok": self.check.plugins_ok,
-            "accelerators": self.check.accelerators, "discovery_ms": self.check.discovery_ms,
+            "title": self.title,
+            "distributions": self.distributions,
+            "target_s": self.target_s,
+            "python_c_pass": self.python.as_dict(),
+            "core_plugins_list": self.listing.as_dict(),
+            "overhead_median_s": paired_overhead(self.listing, self.python),
+            "pass": self.passed,
+            "plugins": self.check.plugins,
+            "plugins_ok": self.check.plugins_ok,
+            "accelerators": self.check.accelerators,
+            "discovery_ms": self.check.discovery_ms,
             "plugin_loads_ms": self.check.plugin_loads_ms,
-            "torch_modules_imported": self.check.torch_modules, "heavy_import_attempts": self.check.heavy_attempts,
+            "torch_modules_imported": self.check.torch_modules,
+            "heavy_import_attempts": self.check.heavy_attempts,
         }
 
 
@@ -468,8 +499,10 @@ def prepare(workdir: Path, plugins: int, with_torch: bool) -> tuple[list[Setup],
     packages = our_packages()
     started = time.perf_counter()
     wheels = build_wheels(packages, workdir / "wheels")
-    progress(f"built {len(wheels)} wheel(s) from packages/*/ in {time.perf_counter() - started:.1f} s: "
-             + ", ".join(w.name for w in wheels))
+    progress(
+        f"built {len(wheels)} wheel(s) from packages/*/ in {time.perf_counter() - started:.1f} s: "
+        + ", ".join(w.name for w in wheels)
+    )
     requirements = runtime_requirements(wheels, with_torch)
     setups = [
         Setup("a", "(a) our packages", Environment(workdir / "env-ours"), TARGET_OUR_PACKAGES_S),
@@ -522,25 +555,34 @@ def report_text(doc: dict[str, Any], setups: list[Setup], breakdown: dict[str, A
     ]
     for s in setups:
         assert s.python is not None and s.listing is not None
-        lines.append(f"{s.title:<32} {s.distributions:>5}  {_ms(s.python.median):>10} {_ms(s.python.min):>10}  "
-                     f"{_ms(s.listing.median):>10} {_ms(s.listing.min):>10}  "
-                     f"{_ms(paired_overhead(s.listing, s.python)):>10}")
+        lines.append(
+            f"{s.title:<32} {s.distributions:>5}  {_ms(s.python.median):>10} {_ms(s.python.min):>10}  "
+            f"{_ms(s.listing.median):>10} {_ms(s.listing.min):>10}  "
+            f"{_ms(paired_overhead(s.listing, s.python)):>10}"
+        )
     lines.append("")
     for s in setups:
         assert s.check is not None
         c = s.check
-        lines.append(f"{s.title}: {c.plugins} plugin(s) found ({c.plugins_ok} ok, the core's built-ins included), "
-                     f"{c.accelerators} accelerator(s) listed")
-        lines.append(f"  discovery, timed in-process by the core: {c.discovery_ms:.1f} ms, of which loading the "
-                     f"third-party plugins (import + registration hooks) {c.plugin_loads_ms:.1f} ms")
+        lines.append(
+            f"{s.title}: {c.plugins} plugin(s) found ({c.plugins_ok} ok, the core's built-ins included), "
+            f"{c.accelerators} accelerator(s) listed"
+        )
+        lines.append(
+            f"  discovery, timed in-process by the core: {c.discovery_ms:.1f} ms, of which loading the "
+            f"third-party plugins (import + registration hooks) {c.plugin_loads_ms:.1f} ms"
+        )
         verdict = "no" if c.torch_free else "YES"
-        lines.append(f"  imports torch: {verdict} (-X importtime torch modules: {len(c.torch_modules)}; "
-                     f"attempted imports of {'/'.join(HEAVY_MODULES)}: {', '.join(c.heavy_attempts) or 'none'})")
+        lines.append(
+            f"  imports torch: {verdict} (-X importtime torch modules: {len(c.torch_modules)}; "
+            f"attempted imports of {'/'.join(HEAVY_MODULES)}: {', '.join(c.heavy_attempts) or 'none'})"
+        )
     lines += ["", "targets (median wall time, this machine):"]
     for s in setups:
         assert s.listing is not None
-        lines.append(f"  {s.title:<32} median {_ms(s.listing.median)} <= {_ms(s.target_s)}   "
-                     f"{'PASS' if s.passed else 'FAIL'}")
+        lines.append(
+            f"  {s.title:<32} median {_ms(s.listing.median)} <= {_ms(s.target_s)}   {'PASS' if s.passed else 'FAIL'}"
+        )
     torch_free = all(s.check is not None and s.check.torch_free for s in setups)
     lines.append(f"  {'no torch imported by the listing':<32} {'':>31}   {'PASS' if torch_free else 'FAIL'}")
     lines += ["", *_reference_lines(doc["lightning"], setups[-1]), "", *_breakdown_lines(breakdown, setups[-1].title)]
@@ -561,11 +603,13 @@ def _reference_lines(ref: dict[str, Any], setup: Setup) -> list[str]:
 
 
 def _breakdown_lines(breakdown: dict[str, Any], title: str) -> list[str]:
-    lines = [f"where the import time goes, {title} (python -X importtime -m torchplug plugins list, median of 3):",
-             f"  import statements total {breakdown['total_ms']:.1f} ms over {breakdown['modules']} modules "
-             "(not counting the plugin modules: importlib.import_module bypasses -X importtime; "
-             "see the in-process plugin load time above)",
-             "  self time by top-level package:"]
+    lines = [
+        f"where the import time goes, {title} (python -X importtime -m torchplug plugins list, median of 3):",
+        f"  import statements total {breakdown['total_ms']:.1f} ms over {breakdown['modules']} modules "
+        "(not counting the plugin modules: importlib.import_module bypasses -X importtime; "
+        "see the in-process plugin load time above)",
+        "  self time by top-level package:",
+    ]
     lines += [f"    {name:<40} {ms:7.1f} ms" for name, ms in breakdown["self_by_package_ms"]]
     lines.append("  top modules by cumulative time:")
     lines += [f"    {name:<40} {ms:7.1f} ms" for name, ms in breakdown["top_cumulative_ms"]]
@@ -575,14 +619,18 @@ def _breakdown_lines(breakdown: dict[str, Any], title: str) -> list[str]:
 
 
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                     epilog="See the module docstring for what is measured and how.")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0], epilog="See the module docstring for what is measured and how."
+    )
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds per command (default: 15)")
     parser.add_argument("--plugins", type=int, default=200, help="synthetic plugins in setup (b) (default: 200)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary environments and print where")
     parser.add_argument("--json", action="store_true", help="print the figures as one JSON document")
-    parser.add_argument("--with-torch", action="store_true",
-                        help="also install torch (pinned by constraints.txt) into both environments")
+    parser.add_argument(
+        "--with-torch",
+        action="store_true",
+        help="also install torch (pinned by constraints.txt) into both environments",
+    )
     args = parser.parse_args(argv)
     if args.repeats < 1 or args.plugins < 1:
         parser.error("--repeats and --plugins must be at least 1")
@@ -597,9 +645,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         benchmark(setups, args.repeats, workdir)
         breakdown = importtime_breakdown(setups[-1].env, workdir)
         doc = {
-            "benchmark": "core plugins list", "repeats": args.repeats, "warmup_rounds": WARMUP_ROUNDS,
+            "benchmark": "core plugins list",
+            "repeats": args.repeats,
+            "warmup_rounds": WARMUP_ROUNDS,
             "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()},
-            "wheels": wheels, "requirements": requirements, "with_torch": args.with_torch,
+            "wheels": wheels,
+            "requirements": requirements,
+            "with_torch": args.with_torch,
             "setups": {s.key: s.as_dict() for s in setups},
             "lightning": lightning_reference(args.repeats, workdir),
             "importtime": breakdown,

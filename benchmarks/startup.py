@@ -78,14 +78,28 @@ COMMANDS: Final = {
 LIGHTNING_COMMANDS: Final = {
     "lightning": "import lightning.pytorch",
     "lightning-trainer": "import lightning.pytorch as pl; pl.Trainer(logger=False, enable_checkpointing=False, "
-                         "enable_progress_bar=False, enable_model_summary=False)",
+    "enable_progress_bar=False, enable_model_summary=False)",
 }
 JUDGED: Final = ("lean", "default")
 
 #: Modules that must not be imported by building a Trainer (Lightning pulls in the first ones).
-HEAVY_MODULES: Final = ("torch._dynamo", "torch._inductor", "sympy", "torchmetrics", "unittest.mock", "lightning",
-                        "pytorch_lightning", "tensorboard", "tensorboardX", "pandas", "matplotlib", "scipy",
-                        "torch.utils.tensorboard", "torch.distributed.fsdp", "torch._functorch")
+HEAVY_MODULES: Final = (
+    "torch._dynamo",
+    "torch._inductor",
+    "sympy",
+    "torchmetrics",
+    "unittest.mock",
+    "lightning",
+    "pytorch_lightning",
+    "tensorboard",
+    "tensorboardX",
+    "pandas",
+    "matplotlib",
+    "scipy",
+    "torch.utils.tensorboard",
+    "torch.distributed.fsdp",
+    "torch._functorch",
+)
 
 #: PyTorch Lightning 2.6.6 on a 2-core machine of this kind (reference-figures.md section 1).
 LIGHTNING_REFERENCE: Final[dict[str, Any]] = {
@@ -188,10 +202,13 @@ def imported_modules(cwd: Path, env: dict[str, str]) -> dict[str, Any]:
     for name in added:
         top = name.partition(".")[0]
         packages[top] = packages.get(top, 0) + 1
-    return {"added_count": len(added), "added_packages": dict(sorted(packages.items(), key=lambda kv: -kv[1])),
-            "heavy_added": [h for h in HEAVY_MODULES if present(h, added)],
-            "heavy_by_import_torch": [h for h in HEAVY_MODULES if present(h, before)],
-            "added": added}
+    return {
+        "added_count": len(added),
+        "added_packages": dict(sorted(packages.items(), key=lambda kv: -kv[1])),
+        "heavy_added": [h for h in HEAVY_MODULES if present(h, added)],
+        "heavy_by_import_torch": [h for h in HEAVY_MODULES if present(h, before)],
+        "added": added,
+    }
 
 
 def phases(cwd: Path, env: dict[str, str]) -> dict[str, float]:
@@ -242,8 +259,11 @@ def summarise(samples: dict[str, Samples]) -> dict[str, Any]:
     for label in ("torchplug", *JUDGED, *LIGHTNING_COMMANDS):
         if label not in samples:
             continue
-        over = paired_overhead(samples[label], base) if label != "torchplug" else paired_overhead(
-            samples[label], samples["pass"])
+        over = (
+            paired_overhead(samples[label], base)
+            if label != "torchplug"
+            else paired_overhead(samples[label], samples["pass"])
+        )
         row: dict[str, Any] = {"over": "pass" if label == "torchplug" else "torch", "overhead_s": over}
         if label in JUDGED:
             row.update(target_s=TARGET_S, passed=over <= TARGET_S)
@@ -251,10 +271,19 @@ def summarise(samples: dict[str, Samples]) -> dict[str, Any]:
     return out
 
 
-def print_report(samples: dict[str, Samples], verdicts: dict[str, Any], modules: dict[str, Any],
-                 phase_times: dict[str, float], profile: dict[str, Any], env_note: str, repeats: int) -> None:
-    print(f"torchplug start-up: {repeats} interleaved rounds after {WARMUP_ROUNDS} warm-ups, fresh interpreters, "
-          f"spawn to exit; Python {platform.python_version()} ({sys.executable}), {os.cpu_count()} CPUs; {env_note}")
+def print_report(
+    samples: dict[str, Samples],
+    verdicts: dict[str, Any],
+    modules: dict[str, Any],
+    phase_times: dict[str, float],
+    profile: dict[str, Any],
+    env_note: str,
+    repeats: int,
+) -> None:
+    print(
+        f"torchplug start-up: {repeats} interleaved rounds after {WARMUP_ROUNDS} warm-ups, fresh interpreters, "
+        f"spawn to exit; Python {platform.python_version()} ({sys.executable}), {os.cpu_count()} CPUs; {env_note}"
+    )
     print()
     print(f"{'case':<18} {'median':>8} {'min':>8}  command")
     commands = {**COMMANDS, **LIGHTNING_COMMANDS}
@@ -265,41 +294,62 @@ def print_report(samples: dict[str, Samples], verdicts: dict[str, Any], modules:
         verdict = ""
         if "passed" in row:
             verdict = f"  target ≤ {row['target_s']:.1f} s: {'PASS' if row['passed'] else 'FAIL'}"
-        what = {"torchplug": "import torchplug", "lean": "import torchplug + Trainer(lean)",
-                "default": "import torchplug + Trainer()", "lightning": "import lightning.pytorch",
-                "lightning-trainer": "import lightning.pytorch + Trainer(lean)"}[label]
+        what = {
+            "torchplug": "import torchplug",
+            "lean": "import torchplug + Trainer(lean)",
+            "default": "import torchplug + Trainer()",
+            "lightning": "import lightning.pytorch",
+            "lightning-trainer": "import lightning.pytorch + Trainer(lean)",
+        }[label]
         print(f"{what:<42} over {row['over']:<6} (paired median): {row['overhead_s'] * 1e3:+8.1f} ms{verdict}")
     ref = LIGHTNING_REFERENCE
-    print(f"Lightning 2.6.6 reference: import lightning.pytorch {ref['lightning']['median_s']} s median "
-          f"({ref['lightning']['min_s']} s min) against import torch {ref['torch']['median_s']} s "
-          f"({ref['torch']['min_s']} s min): {ref['over_torch_s']} s more, of which torch._dynamo "
-          f"{ref['dynamo_cumulative_s']} s ({ref['source']})")
+    print(
+        f"Lightning 2.6.6 reference: import lightning.pytorch {ref['lightning']['median_s']} s median "
+        f"({ref['lightning']['min_s']} s min) against import torch {ref['torch']['median_s']} s "
+        f"({ref['torch']['min_s']} s min): {ref['over_torch_s']} s more, of which torch._dynamo "
+        f"{ref['dynamo_cumulative_s']} s ({ref['source']})"
+    )
     print()
     times = {k: v for k, v in phase_times.items() if not k.startswith("full gc")}
     beyond = sum(v for k, v in times.items() if k != "import torch" and not k.startswith("second"))
-    print(f"Phases inside one interpreter (median of {PHASE_RUNS} runs): "
-          + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in times.items()))
+    print(
+        f"Phases inside one interpreter (median of {PHASE_RUNS} runs): "
+        + ", ".join(f"{k} {v * 1e3:.1f} ms" for k, v in times.items())
+    )
     gc_ms, gc_passes = phase_times["full gc time"] * 1e3, phase_times["full gc passes"]
-    print(f"  import torchplug + Trainer(lean) + Trainer() after import torch: {beyond * 1e3:.1f} ms in all, of "
-          f"which {gc_ms:.1f} ms in {gc_passes:.0f} full garbage collection(s)")
+    print(
+        f"  import torchplug + Trainer(lean) + Trainer() after import torch: {beyond * 1e3:.1f} ms in all, of "
+        f"which {gc_ms:.1f} ms in {gc_passes:.0f} full garbage collection(s)"
+    )
     print("  (a full collection walks every object torch created; it comes once enough new objects survive, so")
     print("  importing fewer modules avoids it here, though a program that allocates enough pays it later)")
     print()
     heavy = modules["heavy_added"]
-    print(f"Modules imported by `import torchplug; torchplug.Trainer()` beyond `import torch`: "
-          f"{modules['added_count']} (" + ", ".join(f"{k} {v}" for k, v in modules["added_packages"].items()) + ")")
+    print(
+        f"Modules imported by `import torchplug; torchplug.Trainer()` beyond `import torch`: "
+        f"{modules['added_count']} (" + ", ".join(f"{k} {v}" for k, v in modules["added_packages"].items()) + ")"
+    )
     print(f"  heavy modules among them: {', '.join(heavy) if heavy else 'none'} (checked: {', '.join(HEAVY_MODULES)})")
-    print(f"  heavy modules already imported by `import torch` itself: "
-          f"{', '.join(modules['heavy_by_import_torch']) or 'none'}")
+    print(
+        f"  heavy modules already imported by `import torch` itself: "
+        f"{', '.join(modules['heavy_by_import_torch']) or 'none'}"
+    )
     print()
-    print(f"python -X importtime -c 'import torch; import torchplug; torchplug.Trainer()' (median of "
-          f"{IMPORTTIME_RUNS} runs): "
-          f"{profile['modules']} modules, {profile['self_total_ms']:.0f} ms of import statements; beyond "
-          f"`import torch`: {profile['beyond_torch_modules']} modules, {profile['beyond_torch_self_ms']:.1f} ms")
-    print("  self time beyond torch by package: " + ", ".join(
-        f"{k} {v:.1f} ms" for k, v in profile["beyond_torch_by_package_ms"].items()))
-    print("  top cumulative beyond torch: " + ", ".join(f"{k} {v:.1f}" for k, v in profile["top_cumulative_ms"].items())
-          + " (ms)")
+    print(
+        f"python -X importtime -c 'import torch; import torchplug; torchplug.Trainer()' (median of "
+        f"{IMPORTTIME_RUNS} runs): "
+        f"{profile['modules']} modules, {profile['self_total_ms']:.0f} ms of import statements; beyond "
+        f"`import torch`: {profile['beyond_torch_modules']} modules, {profile['beyond_torch_self_ms']:.1f} ms"
+    )
+    print(
+        "  self time beyond torch by package: "
+        + ", ".join(f"{k} {v:.1f} ms" for k, v in profile["beyond_torch_by_package_ms"].items())
+    )
+    print(
+        "  top cumulative beyond torch: "
+        + ", ".join(f"{k} {v:.1f}" for k, v in profile["top_cumulative_ms"].items())
+        + " (ms)"
+    )
     print("  top self beyond torch: " + ", ".join(f"{k} {v:.1f}" for k, v in profile["top_self_ms"].items()) + " (ms)")
     print("  (a module's self time includes a full garbage collection that falls during its import, see above)")
 
@@ -307,8 +357,11 @@ def print_report(samples: dict[str, Samples], verdicts: dict[str, Any], modules:
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--repeats", type=int, default=20, help="timed rounds of every command")
-    parser.add_argument("--keep-env", action="store_true",
-                        help="keep the caller's PYTHON* variables (PYTHONDONTWRITEBYTECODE...) in the children")
+    parser.add_argument(
+        "--keep-env",
+        action="store_true",
+        help="keep the caller's PYTHON* variables (PYTHONDONTWRITEBYTECODE...) in the children",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
     if args.repeats < 1:
@@ -336,10 +389,22 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     verdicts = summarise(samples)
     if args.json:
-        print(json.dumps({"repeats": args.repeats, "python": platform.python_version(), "env": env_note,
-                          "samples": {k: v.as_dict() for k, v in samples.items()}, "overheads": verdicts,
-                          "phases_s": phase_times, "modules": {k: v for k, v in modules.items() if k != "added"},
-                          "importtime": profile, "lightning_reference": LIGHTNING_REFERENCE}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "repeats": args.repeats,
+                    "python": platform.python_version(),
+                    "env": env_note,
+                    "samples": {k: v.as_dict() for k, v in samples.items()},
+                    "overheads": verdicts,
+                    "phases_s": phase_times,
+                    "modules": {k: v for k, v in modules.items() if k != "added"},
+                    "importtime": profile,
+                    "lightning_reference": LIGHTNING_REFERENCE,
+                },
+                indent=2,
+            )
+        )
     else:
         print_report(samples, verdicts, modules, phase_times, profile, env_note, args.repeats)
     passed = all(verdicts[k]["passed"] for k in JUDGED) and not modules["heavy_added"]

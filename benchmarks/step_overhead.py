@@ -85,7 +85,7 @@ LIGHTNING_REFERENCE: Final[dict[str, Any]] = {
     "trainer_init_ms": {"first": 2.9, "median": 2.7},
     "fit_setup_ms": {"B": 11.7, "C": 15.3},
     "source": "reference-figures.md section 2: Lightning 2.6.6, torch 2.13.0+cpu, Python 3.11.7, "
-              "--steps 3000 --repeats 15",
+    "--steps 3000 --repeats 15",
 }
 
 DESCRIPTIONS: Final = {
@@ -105,8 +105,9 @@ DESCRIPTIONS: Final = {
 
 
 def make_net() -> torch.nn.Sequential:
-    return torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(),
-                               torch.nn.Linear(64, 1))
+    return torch.nn.Sequential(
+        torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1)
+    )
 
 
 class Net(torchplug.Module):
@@ -355,10 +356,15 @@ def measure_fixed_costs(loader: DataLoader[Any], with_defaults: bool) -> dict[st
                 init[name].append(timed(functools.partial(trainer_class, **args)) * 1e3)
                 run_dir = tempfile.mkdtemp(dir=workdir)
                 setup[name].append(run_trainer(loader, name, run_dir, max_steps=1).whole_s * 1e3)
-        return {name: {"trainer_init_first_ms": first[name],
-                       "trainer_init_median_ms": statistics.median(init[name]),
-                       "fit_max_steps_1_median_ms": statistics.median(setup[name]),
-                       "fit_max_steps_1_min_ms": min(setup[name])} for name in configs}
+        return {
+            name: {
+                "trainer_init_first_ms": first[name],
+                "trainer_init_median_ms": statistics.median(init[name]),
+                "fit_max_steps_1_median_ms": statistics.median(setup[name]),
+                "fit_max_steps_1_min_ms": min(setup[name]),
+            }
+            for name in configs
+        }
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
 
@@ -368,8 +374,10 @@ def measure_fixed_costs(loader: DataLoader[Any], with_defaults: bool) -> dict[st
 
 def available_variants(requested: list[str]) -> tuple[list[str], list[str]]:
     """The requested variants that can run here, and a note for each one left out."""
-    has = {name: importlib.util.find_spec(f"torchplug.callbacks.{name}") is not None
-           for name in ("model_checkpoint", "progress")}
+    has = {
+        name: importlib.util.find_spec(f"torchplug.callbacks.{name}") is not None
+        for name in ("model_checkpoint", "progress")
+    }
     has_lightning = importlib.util.find_spec("lightning") is not None
     run, notes = [], []
     for label in requested:
@@ -395,8 +403,11 @@ def summarise(samples: dict[str, Samples], judge: str) -> dict[str, Any]:
             # The overhead this ratio would be on the reference machine, where A takes 296 µs/step.
             row["scaled_overhead_us"] = (row["ratio"] - 1) * LIGHTNING_REFERENCE["us_per_step"]["A"]
             if label in TARGETS_US:
-                judged = {"wall": row["overhead_us"], "cpu": row["cpu_overhead_us"],
-                          "scaled": row["scaled_overhead_us"]}[judge]
+                judged = {
+                    "wall": row["overhead_us"],
+                    "cpu": row["cpu_overhead_us"],
+                    "scaled": row["scaled_overhead_us"],
+                }[judge]
                 row.update(target_us=TARGETS_US[label], judged_on=judge, passed=judged <= TARGETS_US[label])
         row["whole_vs_steady_pct"] = (row["whole_us_median"] / row["steady_us_median"] - 1) * 100
         rows[label] = row
@@ -408,62 +419,86 @@ def _cell(row: dict[str, Any], key: str, spec: str, width: int, suffix: str = ""
 
 
 def print_report(rows: dict[str, Any], fixed: dict[str, Any], notes: list[str], args: argparse.Namespace) -> None:
-    print(f"torchplug step overhead: {args.steps} steps, batch {BATCH}, {args.repeats} interleaved rounds after "
-          f"one warm-up; torch {torch.__version__}, Python {platform.python_version()}, "
-          f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}")
+    print(
+        f"torchplug step overhead: {args.steps} steps, batch {BATCH}, {args.repeats} interleaved rounds after "
+        f"one warm-up; torch {torch.__version__}, Python {platform.python_version()}, "
+        f"{os.cpu_count()} CPUs, torch threads {torch.get_num_threads()}"
+    )
     print()
-    print(f"{'':<4} {'':<50} {'---- wall clock -------------------':>35} {'---- CPU clock -------':>23} "
-          f"{'at ref.':>8}")
-    print(f"{'':<4} {'variant':<50} {'µs/step':>8} {'whole':>8} {'vs A':>8} {'ratio':>7} "
-          f"{'µs/step':>8} {'vs A':>8} {'ratio':>6} {'vs A':>8}  target ({args.judge})")
+    print(f"{'':<4} {'':<50} {'---- wall clock -------------------':>35} {'---- CPU clock -------':>23} {'at ref.':>8}")
+    print(
+        f"{'':<4} {'variant':<50} {'µs/step':>8} {'whole':>8} {'vs A':>8} {'ratio':>7} "
+        f"{'µs/step':>8} {'vs A':>8} {'ratio':>6} {'vs A':>8}  target ({args.judge})"
+    )
     for label, row in rows.items():
         verdict = ""
         if "target_us" in row:
             verdict = f"≤ {row['target_us']:.0f}: {'PASS' if row['passed'] else 'FAIL'}"
             verdict += "" if label in JUDGED else " (info)"
-        print(f"{label:<4} {row['description']:<50} {row['steady_us_median']:8.1f} {row['whole_us_median']:8.1f} "
-              f"{_cell(row, 'overhead_us', '+8.1f', 8)} {_cell(row, 'ratio', '6.2f', 7, 'x')} "
-              f"{row['cpu_us_median']:8.1f} {_cell(row, 'cpu_overhead_us', '+8.1f', 8)} "
-              f"{_cell(row, 'cpu_ratio', '5.2f', 6, 'x')} {_cell(row, 'scaled_overhead_us', '+8.1f', 8)}  {verdict}")
+        print(
+            f"{label:<4} {row['description']:<50} {row['steady_us_median']:8.1f} {row['whole_us_median']:8.1f} "
+            f"{_cell(row, 'overhead_us', '+8.1f', 8)} {_cell(row, 'ratio', '6.2f', 7, 'x')} "
+            f"{row['cpu_us_median']:8.1f} {_cell(row, 'cpu_overhead_us', '+8.1f', 8)} "
+            f"{_cell(row, 'cpu_ratio', '5.2f', 6, 'x')} {_cell(row, 'scaled_overhead_us', '+8.1f', 8)}  {verdict}"
+        )
     print("  µs/step: steady state from batch 50, median over rounds (wall: perf_counter; CPU: this thread's CPU")
     print("  time, which leaves out the time other processes took the core); whole: fit()/steps (A: loop/steps).")
     print("  vs A: paired median over rounds of (variant - A); ratio: paired median of variant / A; at ref.:")
-    print(f"  (ratio - 1) x {LIGHTNING_REFERENCE['us_per_step']['A']:.0f} µs, the overhead at the reference "
-          "machine's speed (its A), for a host slower or busier than it.")
+    print(
+        f"  (ratio - 1) x {LIGHTNING_REFERENCE['us_per_step']['A']:.0f} µs, the overhead at the reference "
+        "machine's speed (its A), for a host slower or busier than it."
+    )
     for note in notes:
         print(f"  note: {note}")
     print()
     ref = LIGHTNING_REFERENCE
     print("Lightning 2.6.6 reference, wall clock (" + ref["source"] + "):")
-    print("  A {A:.0f} µs/step; ".format(**ref["us_per_step"]) + "; ".join(
-        f"{k} {ref['us_per_step'][k]:.0f} ({ref['overhead_us'][k]:+.0f} µs, {ref['ratio'][k]:.2f}x)"
-        for k in ("B", "C", "D")))
+    print(
+        "  A {A:.0f} µs/step; ".format(**ref["us_per_step"])
+        + "; ".join(
+            f"{k} {ref['us_per_step'][k]:.0f} ({ref['overhead_us'][k]:+.0f} µs, {ref['ratio'][k]:.2f}x)"
+            for k in ("B", "C", "D")
+        )
+    )
     ours = {k: rows[k]["overhead_us"] for k in ("B", "C", "D", "C'", "D'") if k in rows}
     if ours:
-        print("  our wall overhead as a share of Lightning's: " + ", ".join(
-            f"{k} {v / ref['overhead_us'][k[0]] * 100:.1f}%" for k, v in ours.items()))
+        print(
+            "  our wall overhead as a share of Lightning's: "
+            + ", ".join(f"{k} {v / ref['overhead_us'][k[0]] * 100:.1f}%" for k, v in ours.items())
+        )
     if fixed:
         print()
-        print(f"Fixed costs (median of {SETUP_REPEATS}, interleaved; Lightning: Trainer() "
-              f"{ref['trainer_init_ms']['first']} ms first, {ref['trainer_init_ms']['median']} ms median; "
-              f"fit(max_steps=1) B {ref['fit_setup_ms']['B']} ms, C {ref['fit_setup_ms']['C']} ms):")
+        print(
+            f"Fixed costs (median of {SETUP_REPEATS}, interleaved; Lightning: Trainer() "
+            f"{ref['trainer_init_ms']['first']} ms first, {ref['trainer_init_ms']['median']} ms median; "
+            f"fit(max_steps=1) B {ref['fit_setup_ms']['B']} ms, C {ref['fit_setup_ms']['C']} ms):"
+        )
         for name, costs in fixed.items():
-            print(f"  {name}: Trainer() {costs['trainer_init_first_ms']:.2f} ms first, "
-                  f"{costs['trainer_init_median_ms']:.2f} ms median; fit(max_steps=1) "
-                  f"{costs['fit_max_steps_1_median_ms']:.2f} ms median "
-                  f"({costs['fit_max_steps_1_min_ms']:.2f} ms min), one step included")
+            print(
+                f"  {name}: Trainer() {costs['trainer_init_first_ms']:.2f} ms first, "
+                f"{costs['trainer_init_median_ms']:.2f} ms median; fit(max_steps=1) "
+                f"{costs['fit_max_steps_1_median_ms']:.2f} ms median "
+                f"({costs['fit_max_steps_1_min_ms']:.2f} ms min), one step included"
+            )
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=3000, help="training steps (one epoch) per run")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds of every variant")
-    parser.add_argument("--variants", default="A,B,C,C',D,D',L-B,L-C,L-D",
-                        help="comma-separated subset (A is always run: it is the base)")
+    parser.add_argument(
+        "--variants",
+        default="A,B,C,C',D,D',L-B,L-C,L-D",
+        help="comma-separated subset (A is always run: it is the base)",
+    )
     parser.add_argument("--no-fixed", action="store_true", help="skip the Trainer()/fit(max_steps=1) timings")
-    parser.add_argument("--judge", choices=("wall", "cpu", "scaled"), default="wall",
-                        help="what the targets are judged on: the wall-clock overhead (default), the CPU-clock "
-                             "one, or the overhead scaled to the reference machine's speed (a slow or busy host)")
+    parser.add_argument(
+        "--judge",
+        choices=("wall", "cpu", "scaled"),
+        default="wall",
+        help="what the targets are judged on: the wall-clock overhead (default), the CPU-clock "
+        "one, or the overhead scaled to the reference machine's speed (a slow or busy host)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
     if args.steps <= STEADY_FROM + 1 or args.repeats < 1:
@@ -486,10 +521,22 @@ def main(argv: list[str] | None = None) -> int:
     samples = measure_steps(labels, loader, args.repeats)
     rows = summarise(samples, args.judge)
     if args.json:
-        print(json.dumps({"steps": args.steps, "repeats": args.repeats, "judged_on": args.judge,
-                          "torch": torch.__version__,
-                          "python": platform.python_version(), "variants": rows, "fixed_costs": fixed,
-                          "notes": notes, "lightning_reference": LIGHTNING_REFERENCE}, indent=2))
+        print(
+            json.dumps(
+                {
+                    "steps": args.steps,
+                    "repeats": args.repeats,
+                    "judged_on": args.judge,
+                    "torch": torch.__version__,
+                    "python": platform.python_version(),
+                    "variants": rows,
+                    "fixed_costs": fixed,
+                    "notes": notes,
+                    "lightning_reference": LIGHTNING_REFERENCE,
+                },
+                indent=2,
+            )
+        )
     else:
         print_report(rows, fixed, notes, args)
     judged = [rows[k]["passed"] for k in JUDGED if k in rows]

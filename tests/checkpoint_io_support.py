@@ -98,8 +98,9 @@ def _temporary_bytes(directory: Path) -> int:
     return total
 
 
-def kill_while_writing(tmp_path: Path, kill_after_bytes: int, *, imports: str, io: str,
-                       env: Mapping[str, str] | None = None) -> tuple[int, int, list[Path]]:
+def kill_while_writing(
+    tmp_path: Path, kill_after_bytes: int, *, imports: str, io: str, env: Mapping[str, str] | None = None
+) -> tuple[int, int, list[Path]]:
     """Save 144 MB checkpoints to ``<tmp_path>/ckpt/last.ckpt`` in a loop, in a child; SIGKILL it mid-write.
 
     The child runs ``imports`` (source lines), then saves with the IO that the expression ``io``
@@ -111,8 +112,12 @@ def kill_while_writing(tmp_path: Path, kill_after_bytes: int, *, imports: str, i
     script = tmp_path / "save_loop.py"
     script.write_text(_SAVE_LOOP.format(imports=textwrap.dedent(imports).strip(), io=io))
     target = tmp_path / "ckpt" / "last.ckpt"
-    proc = subprocess.Popen([sys.executable, str(script), str(target)], stdout=subprocess.PIPE, text=True,
-                            env=None if env is None else dict(env))
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(target)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env=None if env is None else dict(env),
+    )
     try:
         assert proc.stdout is not None
         first = proc.stdout.readline()  # one save is complete: from now on the file must always load

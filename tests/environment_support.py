@@ -18,8 +18,9 @@ def set_env(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> None:
         monkeypatch.setenv(name, value)
 
 
-def assert_no_method_writes_the_environment(environment_class: type[ClusterEnvironment], devices: int,
-                                            num_nodes: int, *, read_port: bool = True) -> None:
+def assert_no_method_writes_the_environment(
+    environment_class: type[ClusterEnvironment], devices: int, num_nodes: int, *, read_port: bool = True
+) -> None:
     """Call every method of ``environment_class`` (validating ``devices`` x ``num_nodes``): ``os.environ`` stays.
 
     ``read_port=False`` skips ``main_port``, for environments that need more than variables to find it.

@@ -18,12 +18,15 @@ def plugins_listing(env: Mapping[str, str], heavy: Collection[str], *args: str) 
 
     ``heavy`` holds top-level module names (``torch``, a vendor library); the result lists them sorted.
     """
-    code = ("import json, runpy, sys\nsys.argv = ['core', 'plugins', 'list', '--json', *sys.argv[1:]]\n"
-            "try:\n    runpy.run_module('torchplug', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & {set(heavy)!r})\n"
-            "print(json.dumps(heavy), file=sys.stderr)")
-    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                            env=dict(env), check=False)
+    code = (
+        "import json, runpy, sys\nsys.argv = ['core', 'plugins', 'list', '--json', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('torchplug', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        f"heavy = sorted({{m.split('.')[0] for m in sys.modules}} & {set(heavy)!r})\n"
+        "print(json.dumps(heavy), file=sys.stderr)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, env=dict(env), check=False
+    )
     assert result.stdout, result.stderr
     data = json.loads(result.stdout)
     data["imported"] = json.loads(result.stderr.strip().splitlines()[-1])

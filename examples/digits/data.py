@@ -33,8 +33,14 @@ class DigitsDataModule(torchplug.DataModule):
         num_workers: DataLoader worker processes.
     """
 
-    def __init__(self, batch_size: int = 64, val_fraction: float = 0.15, test_fraction: float = 0.15,
-                 split_seed: int = 0, num_workers: int = 0) -> None:
+    def __init__(
+        self,
+        batch_size: int = 64,
+        val_fraction: float = 0.15,
+        test_fraction: float = 0.15,
+        split_seed: int = 0,
+        num_workers: int = 0,
+    ) -> None:
         self.save_hyperparameters()
         self.batch_size = batch_size
         self.val_fraction = val_fraction
@@ -47,7 +53,7 @@ class DigitsDataModule(torchplug.DataModule):
         order = torch.randperm(len(images), generator=torch.Generator().manual_seed(self.split_seed))
         n_test = int(len(images) * self.test_fraction)
         n_val = int(len(images) * self.val_fraction)
-        test, val, train = order[:n_test], order[n_test:n_test + n_val], order[n_test + n_val:]
+        test, val, train = order[:n_test], order[n_test : n_test + n_val], order[n_test + n_val :]
         mean = images[train].mean(0)
         std = images[train].std(0).clamp_min(1.0)  # pixels that are (almost) always blank stay near 0
         images = (images - mean) / std

@@ -31,8 +31,12 @@ class DigitsClassifier(torchplug.Module):
         super().__init__()
         self.save_hyperparameters()
         self.net = nn.Sequential(
-            nn.Linear(64, hidden), nn.ReLU(), nn.Dropout(dropout),
-            nn.Linear(hidden, hidden), nn.ReLU(), nn.Dropout(dropout),
+            nn.Linear(64, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
+            nn.Linear(hidden, hidden),
+            nn.ReLU(),
+            nn.Dropout(dropout),
             nn.Linear(hidden, 10),
         )
 

@@ -40,23 +40,31 @@ def test_every_core_precision_is_supported(precision: str) -> None:
     assert accelerator.precision_for(precision) == precision
 
 
-@pytest.mark.parametrize(("devices", "nodes", "interactive", "strategy"), [
-    (1, 1, False, "single_device"), (2, 1, False, "ddp"), (2, 1, True, "ddp_fork"), (1, 2, False, "ddp"),
-])
+@pytest.mark.parametrize(
+    ("devices", "nodes", "interactive", "strategy"),
+    [
+        (1, 1, False, "single_device"),
+        (2, 1, False, "ddp"),
+        (2, 1, True, "ddp_fork"),
+        (1, 2, False, "ddp"),
+    ],
+)
 def test_default_strategy(devices: int, nodes: int, interactive: bool, strategy: str) -> None:
     assert CUDAAccelerator().default_strategy(devices, nodes, interactive) == strategy
 
 
 @pytest.mark.parametrize(("preset", "expected"), [(None, "1"), ("0", "0")], ids=["unset", "opted-out"])
-def test_loading_the_accelerator_makes_torchs_own_availability_check_fork_safe(preset: str | None,
-                                                                               expected: str) -> None:
+def test_loading_the_accelerator_makes_torchs_own_availability_check_fork_safe(
+    preset: str | None, expected: str
+) -> None:
     # torch.cuda.is_available(), which GradScaler("cuda") calls in the parent process, then asks NVML.
     env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
     if preset is not None:
         env["PYTORCH_NVML_BASED_CUDA_CHECK"] = preset
     code = "import os, torchplug_cuda.accelerator; print(os.environ['PYTORCH_NVML_BASED_CUDA_CHECK'])"
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120,
-                            check=True)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
     assert result.stdout.strip() == expected
 
 
@@ -192,8 +200,11 @@ def test_rng_state_round_trips_through_a_weights_only_checkpoint(cuda_generators
 
 def test_rng_state_from_more_gpus_restores_the_first_ones(cuda_generators: dict[int, torch.Tensor]) -> None:
     states = [torch.full((16,), i, dtype=torch.uint8) for i in range(4)]
-    with pytest.warns(UserWarning, match=r"holds the random states of 4 GPU\(s\) and this process sees 2; restored "
-                                         r"the first 2\."):
+    with pytest.warns(
+        UserWarning,
+        match=r"holds the random states of 4 GPU\(s\) and this process sees 2; restored "
+        r"the first 2\.",
+    ):
         CUDAAccelerator().set_rng_state({"cuda": states})
     assert [int(cuda_generators[i][0]) for i in (0, 1)] == [0, 1]
 
@@ -234,13 +245,21 @@ def gpu_memory(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
     return asked
 
 
-MEMORY = {"memory_allocated_bytes": 1000, "memory_reserved_bytes": 4000, "memory_peak_allocated_bytes": 3000,
-          "memory_peak_reserved_bytes": 6000, "memory_free_bytes": 70_000, "memory_total_bytes": 80_000,
-          "alloc_retries": 2, "ooms": 0}
+MEMORY = {
+    "memory_allocated_bytes": 1000,
+    "memory_reserved_bytes": 4000,
+    "memory_peak_allocated_bytes": 3000,
+    "memory_peak_reserved_bytes": 6000,
+    "memory_free_bytes": 70_000,
+    "memory_total_bytes": 80_000,
+    "alloc_retries": 2,
+    "ooms": 0,
+}
 
 
-def test_device_stats_without_nvidia_ml_py_are_the_memory(gpu_memory: list[Any],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_device_stats_without_nvidia_ml_py_are_the_memory(
+    gpu_memory: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     def no_pynvml(device: Any = None) -> int:
         raise ModuleNotFoundError("nvidia-ml-py does not seem to be installed or it can't be imported.")
 
@@ -251,8 +270,9 @@ def test_device_stats_without_nvidia_ml_py_are_the_memory(gpu_memory: list[Any],
     assert set(gpu_memory) == {device}
 
 
-def test_device_stats_add_the_nvml_gauges_each_board_has(gpu_memory: list[Any],
-                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_device_stats_add_the_nvml_gauges_each_board_has(
+    gpu_memory: list[Any], monkeypatch: pytest.MonkeyPatch
+) -> None:
     def unsupported(device: Any = None) -> int:
         raise RuntimeError("NVML: Not Supported")
 
@@ -275,17 +295,29 @@ def test_environment_report_on_this_machine() -> None:
     assert report["torch"] == torch.__version__
     assert report["torch_cuda"] is None
     assert report["devices"] == []
-    assert set(report) == {"available", "reason", "torch", "torch_cuda", "cudnn", "nccl", "driver", "driver_cuda",
-                           "CUDA_VISIBLE_DEVICES", "devices"}
+    assert set(report) == {
+        "available",
+        "reason",
+        "torch",
+        "torch_cuda",
+        "cudnn",
+        "nccl",
+        "driver",
+        "driver_cuda",
+        "CUDA_VISIBLE_DEVICES",
+        "devices",
+    }
 
 
-def test_environment_report_lists_each_gpu(cuda_build_without_gpus: Path, fake_gpus: FakeGPUs,
-                                           monkeypatch: pytest.MonkeyPatch) -> None:
+def test_environment_report_lists_each_gpu(
+    cuda_build_without_gpus: Path, fake_gpus: FakeGPUs, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from torchplug_cuda._report import environment_report
 
     fake_gpus(2)
-    h100 = SimpleNamespace(name="NVIDIA H100 80GB HBM3", major=9, minor=0, total_memory=85_000_000_000,
-                           multi_processor_count=132)
+    h100 = SimpleNamespace(
+        name="NVIDIA H100 80GB HBM3", major=9, minor=0, total_memory=85_000_000_000, multi_processor_count=132
+    )
 
     def properties(index: int) -> SimpleNamespace:
         if index == 1:
@@ -299,7 +331,12 @@ def test_environment_report_lists_each_gpu(cuda_build_without_gpus: Path, fake_g
     assert report["driver"] == "550.54.15"
     assert report["CUDA_VISIBLE_DEVICES"] == "2,3"
     assert report["devices"] == [
-        {"id": 0, "name": "NVIDIA H100 80GB HBM3", "capability": "9.0", "memory_total_bytes": 85_000_000_000,
-         "multiprocessors": 132},
+        {
+            "id": 0,
+            "name": "NVIDIA H100 80GB HBM3",
+            "capability": "9.0",
+            "memory_total_bytes": 85_000_000_000,
+            "multiprocessors": 132,
+        },
         {"id": 1, "error": "RuntimeError: CUDA error: uncorrectable ECC error encountered"},
     ]

@@ -11,8 +11,10 @@ from tests.accel_cuda.conftest import FakeGPUs
 from torchplug_cuda import is_cuda_available, num_cuda_devices, parse_cuda_devices
 
 CHOICES = "Give a number of GPUs (devices=2), -1 or 'auto' for all of them, or a list of ids (devices=[0, 2] or '0,2')."
-NO_CUDA_BUILD = (f"torch was built without CUDA (torch {torch.__version__}). Hint: install a CUDA build of torch "
-                 "(https://pytorch.org/get-started/locally/), or use accelerator='cpu'.")
+NO_CUDA_BUILD = (
+    f"torch was built without CUDA (torch {torch.__version__}). Hint: install a CUDA build of torch "
+    "(https://pytorch.org/get-started/locally/), or use accelerator='cpu'."
+)
 
 
 # -- counting ---------------------------------------------------------------------------------
@@ -37,11 +39,24 @@ def nvml_gpus(monkeypatch: pytest.MonkeyPatch) -> list[str]:
     return runtime_calls
 
 
-@pytest.mark.parametrize(("visible", "count"), [
-    (None, 4), ("0,1,2,3", 4), ("1,3", 2), ("3", 1), ("2,7", 1), ("7", 0), ("", 0), ("-1", 0), ("0,0", 0),
-], ids=["unset", "all", "two", "one", "trimmed", "absent", "empty", "minus-one", "repeated"])
-def test_counting_asks_nvml_and_never_the_cuda_runtime(nvml_gpus: list[str], monkeypatch: pytest.MonkeyPatch,
-                                                       visible: str | None, count: int) -> None:
+@pytest.mark.parametrize(
+    ("visible", "count"),
+    [
+        (None, 4),
+        ("0,1,2,3", 4),
+        ("1,3", 2),
+        ("3", 1),
+        ("2,7", 1),
+        ("7", 0),
+        ("", 0),
+        ("-1", 0),
+        ("0,0", 0),
+    ],
+    ids=["unset", "all", "two", "one", "trimmed", "absent", "empty", "minus-one", "repeated"],
+)
+def test_counting_asks_nvml_and_never_the_cuda_runtime(
+    nvml_gpus: list[str], monkeypatch: pytest.MonkeyPatch, visible: str | None, count: int
+) -> None:
     if visible is not None:
         monkeypatch.setenv("CUDA_VISIBLE_DEVICES", visible)
     assert num_cuda_devices() == count
@@ -49,8 +64,9 @@ def test_counting_asks_nvml_and_never_the_cuda_runtime(nvml_gpus: list[str], mon
     assert not torch.cuda.is_initialized()
 
 
-def test_counting_falls_back_to_the_runtime_only_when_nvml_fails(nvml_gpus: list[str],
-                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+def test_counting_falls_back_to_the_runtime_only_when_nvml_fails(
+    nvml_gpus: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     # For example with MIG UUIDs in CUDA_VISIBLE_DEVICES, or no NVML library: torch's own fallback.
     monkeypatch.setattr(torch.cuda, "_raw_device_count_nvml", lambda: -1)
     assert num_cuda_devices() == 4
@@ -91,13 +107,31 @@ class Index:
 
 
 VALID: list[tuple[Any, list[int]]] = [
-    (1, [0]), (2, [0, 1]), (4, [0, 1, 2, 3]), (Index(2), [0, 1]),
-    ("2", [0, 1]), (" 3 ", [0, 1, 2]),
-    (-1, [0, 1, 2, 3]), ("-1", [0, 1, 2, 3]), ("auto", [0, 1, 2, 3]), ("AUTO", [0, 1, 2, 3]),
-    ([0, 2], [0, 2]), ((1, 3), [1, 3]), ([3, 0], [3, 0]), (range(2), [0, 1]), ([Index(1)], [1]),
+    (1, [0]),
+    (2, [0, 1]),
+    (4, [0, 1, 2, 3]),
+    (Index(2), [0, 1]),
+    ("2", [0, 1]),
+    (" 3 ", [0, 1, 2]),
+    (-1, [0, 1, 2, 3]),
+    ("-1", [0, 1, 2, 3]),
+    ("auto", [0, 1, 2, 3]),
+    ("AUTO", [0, 1, 2, 3]),
+    ([0, 2], [0, 2]),
+    ((1, 3), [1, 3]),
+    ([3, 0], [3, 0]),
+    (range(2), [0, 1]),
+    ([Index(1)], [1]),
     (["0", "2"], [0, 2]),
-    ("0,2", [0, 2]), ("0, 2", [0, 2]), ("0,", [0]), ("1,", [1]), ("3,1,", [3, 1]),
-    ("[0, 2]", [0, 2]), ("[1]", [1]), ("(2,)", [2]), ("[0,1,2,3]", [0, 1, 2, 3]),
+    ("0,2", [0, 2]),
+    ("0, 2", [0, 2]),
+    ("0,", [0]),
+    ("1,", [1]),
+    ("3,1,", [3, 1]),
+    ("[0, 2]", [0, 2]),
+    ("[1]", [1]),
+    ("(2,)", [2]),
+    ("[0,1,2,3]", [0, 1, 2, 3]),
 ]
 
 
@@ -136,23 +170,41 @@ def test_values_of_the_wrong_type_are_refused(fake_gpus: FakeGPUs, devices: Any,
 
 
 VALUE_ERRORS: list[tuple[Any, str]] = [
-    (0, "devices=0 selects no GPU. Give a number of GPUs (devices=1), -1 for all of them, or a list of ids "
-        "(devices=[0]); to train without a GPU, use accelerator='cpu'."),
-    ("0", "devices='0' selects no GPU. Give a number of GPUs (devices=1), -1 for all of them, or a list of ids "
-          "(devices=[0]); to train without a GPU, use accelerator='cpu'."),
+    (
+        0,
+        "devices=0 selects no GPU. Give a number of GPUs (devices=1), -1 for all of them, or a list of ids "
+        "(devices=[0]); to train without a GPU, use accelerator='cpu'.",
+    ),
+    (
+        "0",
+        "devices='0' selects no GPU. Give a number of GPUs (devices=1), -1 for all of them, or a list of ids "
+        "(devices=[0]); to train without a GPU, use accelerator='cpu'.",
+    ),
     ([], f"devices=[] lists no GPU id. {CHOICES}"),
     ("[]", f"devices='[]' lists no GPU id. {CHOICES}"),
     (",", f"devices=',' lists no GPU id. {CHOICES}"),
     (-2, f"devices=-2 is negative. {CHOICES}"),
     ("-3", f"devices='-3' is negative. {CHOICES}"),
-    ([0, -1], "devices=[0, -1] holds the negative id -1. GPU ids count from 0; -1 means every GPU only as the whole "
-              "value (devices=-1)."),
-    ("-1,0", "devices='-1,0' holds the negative id -1. GPU ids count from 0; -1 means every GPU only as the whole "
-             "value (devices=-1)."),
-    ([0, 0], "devices=[0, 0] names GPU 0 more than once, but each GPU runs one process. Hint: list each id once, "
-             "as in devices=[0]."),
-    ("1,1,2,2", "devices='1,1,2,2' names GPUs 1, 2 more than once, but each GPU runs one process. Hint: list each "
-                "id once, as in devices=[1, 2]."),
+    (
+        [0, -1],
+        "devices=[0, -1] holds the negative id -1. GPU ids count from 0; -1 means every GPU only as the whole "
+        "value (devices=-1).",
+    ),
+    (
+        "-1,0",
+        "devices='-1,0' holds the negative id -1. GPU ids count from 0; -1 means every GPU only as the whole "
+        "value (devices=-1).",
+    ),
+    (
+        [0, 0],
+        "devices=[0, 0] names GPU 0 more than once, but each GPU runs one process. Hint: list each id once, "
+        "as in devices=[0].",
+    ),
+    (
+        "1,1,2,2",
+        "devices='1,1,2,2' names GPUs 1, 2 more than once, but each GPU runs one process. Hint: list each "
+        "id once, as in devices=[1, 2].",
+    ),
     ("gpu0", f"devices='gpu0' is not a number of GPUs or a list of GPU ids. {CHOICES}"),
     ("cuda:0", f"devices='cuda:0' is not a number of GPUs or a list of GPU ids. {CHOICES}"),
 ]
@@ -169,20 +221,45 @@ def test_values_that_select_nothing_sensible_are_refused(fake_gpus: FakeGPUs, de
 # -- errors against the visible GPUs ----------------------------------------------------------
 
 
-@pytest.mark.parametrize(("count", "devices", "message"), [
-    (4, 5, "devices=5 asks for 5 GPUs, but only 4 GPUs are visible (ids 0-3). Hint: devices=4 or devices=-1 uses "
-           "all of them."),
-    (1, 2, "devices=2 asks for 2 GPUs, but only 1 GPU is visible (id 0). Hint: devices=1 or devices=-1 uses all of "
-           "them."),
-    (4, [4], "devices=[4] asks for GPU 4, but only 4 GPUs are visible (ids 0-3). Hint: use ids from 0 to 3, or "
-             "devices=-1 for all of them."),
-    (4, "3,5,7", "devices='3,5,7' asks for GPUs 5, 7, but only 4 GPUs are visible (ids 0-3). Hint: use ids from 0 "
-                 "to 3, or devices=-1 for all of them."),
-    (1, [1], "devices=[1] asks for GPU 1, but only 1 GPU is visible (id 0). Hint: use id 0, or devices=-1 for all "
-             "of them."),
-], ids=["count", "count-one-gpu", "id", "ids", "id-one-gpu"])
-def test_asking_for_more_than_is_visible_lists_what_is(fake_gpus: FakeGPUs, count: int, devices: Any,
-                                                       message: str) -> None:
+@pytest.mark.parametrize(
+    ("count", "devices", "message"),
+    [
+        (
+            4,
+            5,
+            "devices=5 asks for 5 GPUs, but only 4 GPUs are visible (ids 0-3). Hint: devices=4 or devices=-1 uses "
+            "all of them.",
+        ),
+        (
+            1,
+            2,
+            "devices=2 asks for 2 GPUs, but only 1 GPU is visible (id 0). Hint: devices=1 or devices=-1 uses all of "
+            "them.",
+        ),
+        (
+            4,
+            [4],
+            "devices=[4] asks for GPU 4, but only 4 GPUs are visible (ids 0-3). Hint: use ids from 0 to 3, or "
+            "devices=-1 for all of them.",
+        ),
+        (
+            4,
+            "3,5,7",
+            "devices='3,5,7' asks for GPUs 5, 7, but only 4 GPUs are visible (ids 0-3). Hint: use ids from 0 "
+            "to 3, or devices=-1 for all of them.",
+        ),
+        (
+            1,
+            [1],
+            "devices=[1] asks for GPU 1, but only 1 GPU is visible (id 0). Hint: use id 0, or devices=-1 for all "
+            "of them.",
+        ),
+    ],
+    ids=["count", "count-one-gpu", "id", "ids", "id-one-gpu"],
+)
+def test_asking_for_more_than_is_visible_lists_what_is(
+    fake_gpus: FakeGPUs, count: int, devices: Any, message: str
+) -> None:
     fake_gpus(count)
     with pytest.raises(ValueError) as error:
         parse_cuda_devices(devices)

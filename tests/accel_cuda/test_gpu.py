@@ -24,14 +24,27 @@ from torchplug_cuda import CUDAAccelerator, find_usable_cuda_devices, num_cuda_d
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(not torch.cuda.is_available(),
-                       reason=f"needs an NVIDIA GPU: torch.cuda.is_available() is False (torch {torch.__version__})"),
+    pytest.mark.skipif(
+        not torch.cuda.is_available(),
+        reason=f"needs an NVIDIA GPU: torch.cuda.is_available() is False (torch {torch.__version__})",
+    ),
 ]
 
 SCRIPTS = Path(__file__).parent / "scripts"
 REPO_ROOT = Path(__file__).parents[2]
-_LAUNCHER_VARIABLES = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-                       "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHPLUG_PARENT_PID", "SLURM_JOB_ID", "SLURM_NTASKS")
+_LAUNCHER_VARIABLES = (
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHPLUG_PARENT_PID",
+    "SLURM_JOB_ID",
+    "SLURM_NTASKS",
+)
 
 
 def fresh_environment() -> dict[str, str]:
@@ -84,8 +97,14 @@ print("fork-ok", queue.get(timeout=5))
 
 
 def test_counting_leaves_cuda_uninitialised_so_a_fork_can_use_the_gpu() -> None:
-    result = subprocess.run([sys.executable, "-c", FORK_CHECK], capture_output=True, text=True, timeout=300,
-                            env=fresh_environment(), check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_CHECK],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=fresh_environment(),
+        check=False,
+    )
     assert result.returncode == 0, result.stdout + result.stderr
     assert "fork-ok 4.0" in result.stdout
 
@@ -179,8 +198,9 @@ def test_find_usable_cuda_devices(isolated: bool) -> None:
 def run_ddp_script(out: Path, *args: str) -> dict[int, dict[str, Any]]:
     """Run scripts/ddp_fit.py and return what each rank recorded, by global rank."""
     command = [sys.executable, str(SCRIPTS / "ddp_fit.py"), "--out", str(out), *args]
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=fresh_environment(),
-                            cwd=out, check=False)
+    result = subprocess.run(
+        command, capture_output=True, text=True, timeout=600, env=fresh_environment(), cwd=out, check=False
+    )
     assert result.returncode == 0, result.stdout[-4000:] + result.stderr[-4000:]
     return {r["global_rank"]: r for r in (json.loads(p.read_text()) for p in sorted(out.glob("rank*.json")))}
 
@@ -198,8 +218,9 @@ def test_ddp_fork_with_16_mixed_forks_a_worker_that_can_use_the_gpu(tmp_path: Pa
 
 @pytest.mark.slow
 @pytest.mark.skipif(torch.cuda.device_count() < 2, reason="DDP over NCCL needs at least 2 GPUs")
-@pytest.mark.parametrize(("strategy", "precision"),
-                         [("ddp", "32-true"), ("ddp", "16-mixed"), ("ddp_fork", "bf16-mixed")])
+@pytest.mark.parametrize(
+    ("strategy", "precision"), [("ddp", "32-true"), ("ddp", "16-mixed"), ("ddp_fork", "bf16-mixed")]
+)
 def test_ddp_on_two_gpus_over_nccl(strategy: str, precision: str, tmp_path: Path) -> None:
     ranks = run_ddp_script(tmp_path, "--strategy", strategy, "--precision", precision)
     assert sorted(ranks) == [0, 1]

@@ -22,14 +22,21 @@ from torchplug.strategies.ddp import DDPStrategy
 from torchplug.strategies.single_device import SingleDeviceStrategy
 from torchplug_cuda import CUDAAccelerator, _probe
 
-NO_CUDA_BUILD = (f"torch was built without CUDA (torch {torch.__version__}). Hint: install a CUDA build of torch "
-                 "(https://pytorch.org/get-started/locally/), or use accelerator='cpu'.")
+NO_CUDA_BUILD = (
+    f"torch was built without CUDA (torch {torch.__version__}). Hint: install a CUDA build of torch "
+    "(https://pytorch.org/get-started/locally/), or use accelerator='cpu'."
+)
 PROVIDER = {"plugin": "cuda", "distribution": "accel-cuda", "version": "0.1.0", "builtin": False}
 
 
 def quiet(tmp_path: Path, **kwargs: Any) -> dict[str, Any]:
-    return {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-            "default_root_dir": tmp_path, **kwargs}
+    return {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "default_root_dir": tmp_path,
+        **kwargs,
+    }
 
 
 # -- registration -----------------------------------------------------------------------------
@@ -54,8 +61,9 @@ def test_get_gpu_builds_a_cuda_accelerator_where_gpus_exist(fake_gpus: FakeGPUs)
 def test_get_gpu_here_raises_with_the_reason() -> None:
     with pytest.raises(torchplug.PluginUnavailableError) as error:
         torchplug.AcceleratorRegistry.get("gpu")
-    assert str(error.value) == ("Accelerator 'cuda' from accel-cuda 0.1.0 is installed but cannot run on this "
-                                f"machine: {NO_CUDA_BUILD}")
+    assert str(error.value) == (
+        f"Accelerator 'cuda' from accel-cuda 0.1.0 is installed but cannot run on this machine: {NO_CUDA_BUILD}"
+    )
     assert isinstance(torchplug.AcceleratorRegistry.get("gpu", check_available=False), CUDAAccelerator)
 
 
@@ -79,8 +87,14 @@ print(json.dumps({"exit_code": code, "modules": loaded}))
 def run_listing(*args: str) -> tuple[dict[str, Any], dict[str, Any]]:
     """``core plugins list ARGS`` in a fresh interpreter: the JSON document, and what the process imported."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHPLUG_")}
-    result = subprocess.run([sys.executable, "-c", LIST_AND_CHECK_MODULES, "plugins", "list", "--json", *args],
-                            capture_output=True, text=True, env=env, timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", LIST_AND_CHECK_MODULES, "plugins", "list", "--json", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
     document, _, trailer = result.stdout.rstrip().rpartition("\n")
     return json.loads(document), json.loads(trailer)
 
@@ -90,10 +104,17 @@ def test_the_listing_shows_cuda_unavailable_with_the_reason_without_importing_to
     assert process["exit_code"] == 0
     assert process["modules"] == ["torchplug_cuda", "torchplug_cuda._plugin", "torchplug_cuda._probe"]
     cuda = next(e for e in listing["entries"] if e["name"] == "cuda")
-    assert cuda == {"kind": "accelerator", "name": "cuda", "aliases": ["gpu"],
-                    "target": "torchplug_cuda.accelerator:CUDAAccelerator",
-                    "description": "NVIDIA GPUs; devices=N, [ids], '0,2' or -1; NCCL between processes",
-                    "init_params": {}, "provider": PROVIDER, "status": "unavailable", "reason": NO_CUDA_BUILD}
+    assert cuda == {
+        "kind": "accelerator",
+        "name": "cuda",
+        "aliases": ["gpu"],
+        "target": "torchplug_cuda.accelerator:CUDAAccelerator",
+        "description": "NVIDIA GPUs; devices=N, [ids], '0,2' or -1; NCCL between processes",
+        "init_params": {},
+        "provider": PROVIDER,
+        "status": "unavailable",
+        "reason": NO_CUDA_BUILD,
+    }
     plugin = next(p for p in listing["plugins"] if p["distribution"] == "accel-cuda")
     assert plugin["state"] == "ok" and plugin["name"] == "cuda"
 
@@ -132,11 +153,13 @@ def test_auto_still_picks_the_cpu_here(tmp_path: Path) -> None:
     assert "skipped: " in accelerator and "cuda: unavailable" in accelerator
 
 
-def test_auto_picks_cuda_where_a_gpu_is_visible(fake_gpus: FakeGPUs, monkeypatch: pytest.MonkeyPatch,
-                                                tmp_path: Path) -> None:
+def test_auto_picks_cuda_where_a_gpu_is_visible(
+    fake_gpus: FakeGPUs, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     real_version = importlib.metadata.version
-    monkeypatch.setattr(importlib.metadata, "version",
-                        lambda name: "2.13.0+cu128" if name == "torch" else real_version(name))
+    monkeypatch.setattr(
+        importlib.metadata, "version", lambda name: "2.13.0+cu128" if name == "torch" else real_version(name)
+    )
     (tmp_path / "nvidia-version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n")
     monkeypatch.setattr(_probe, "DRIVER_VERSION_FILE", str(tmp_path / "nvidia-version"))
     monkeypatch.setattr(sys, "platform", "linux")
@@ -178,13 +201,17 @@ def test_bf16_mixed_autocasts_on_cuda_without_a_scaler(fake_gpus: FakeGPUs, tmp_
     assert precision.device_type == "cuda" and precision.scaler is None
 
 
-@pytest.mark.parametrize(("devices", "message"), [
-    ([3], "devices=[3] asks for GPU 3, but only 2 GPUs are visible (ids 0-1)."),
-    ([0, 0], "devices=[0, 0] names GPU 0 more than once"),
-    (True, "devices=True is a bool"),
-])
-def test_trainer_reports_device_errors_in_the_users_words(fake_gpus: FakeGPUs, tmp_path: Path, devices: Any,
-                                                          message: str) -> None:
+@pytest.mark.parametrize(
+    ("devices", "message"),
+    [
+        ([3], "devices=[3] asks for GPU 3, but only 2 GPUs are visible (ids 0-1)."),
+        ([0, 0], "devices=[0, 0] names GPU 0 more than once"),
+        (True, "devices=True is a bool"),
+    ],
+)
+def test_trainer_reports_device_errors_in_the_users_words(
+    fake_gpus: FakeGPUs, tmp_path: Path, devices: Any, message: str
+) -> None:
     fake_gpus(2)
     with pytest.raises(torchplug.MisconfigurationError) as error:
         torchplug.Trainer(**quiet(tmp_path, accelerator="cuda", devices=devices))

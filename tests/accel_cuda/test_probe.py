@@ -84,8 +84,27 @@ def test_macos_has_no_cuda(torch_version: SetVersion, monkeypatch: pytest.Monkey
 
 # -- CUDA_VISIBLE_DEVICES ---------------------------------------------------------------------
 
-VISIBLE_VALUES = ["0", "0,1", " 1 , 3 ", "4,5", "1,", "0,,1", "2,x,3", "1gpu,2", "+1", "01,1", "0,0", "1,0,1",
-                  "", "-1", "0,-1,1", "abc", "GPU-1234,GPU-5678", "MIG-abcd", "GPU-1,GPU-1"]
+VISIBLE_VALUES = [
+    "0",
+    "0,1",
+    " 1 , 3 ",
+    "4,5",
+    "1,",
+    "0,,1",
+    "2,x,3",
+    "1gpu,2",
+    "+1",
+    "01,1",
+    "0,0",
+    "1,0,1",
+    "",
+    "-1",
+    "0,-1,1",
+    "abc",
+    "GPU-1234,GPU-5678",
+    "MIG-abcd",
+    "GPU-1,GPU-1",
+]
 
 
 @pytest.mark.parametrize("value", VISIBLE_VALUES)
@@ -94,13 +113,17 @@ def test_visible_entries_read_the_variable_as_torch_does(monkeypatch: pytest.Mon
     assert _probe.visible_entries(value) == [str(entry) for entry in torch.cuda._parse_visible_devices()]
 
 
-@pytest.mark.parametrize(("value", "why"), [
-    ("", "it is empty"),
-    ("-1", "a negative id ends the list"),
-    ("0,0", "it names a GPU twice, which CUDA reads as no GPU at all"),
-    ("1,01", "it names a GPU twice, which CUDA reads as no GPU at all"),
-    ("none", "it does not start with a GPU id or UUID"),
-], ids=["empty", "minus-one", "repeated", "repeated-padded", "garbage"])
+@pytest.mark.parametrize(
+    ("value", "why"),
+    [
+        ("", "it is empty"),
+        ("-1", "a negative id ends the list"),
+        ("0,0", "it names a GPU twice, which CUDA reads as no GPU at all"),
+        ("1,01", "it names a GPU twice, which CUDA reads as no GPU at all"),
+        ("none", "it does not start with a GPU id or UUID"),
+    ],
+    ids=["empty", "minus-one", "repeated", "repeated-padded", "garbage"],
+)
 def test_a_variable_that_hides_every_gpu_is_explained(monkeypatch: pytest.MonkeyPatch, value: str, why: str) -> None:
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", value)
     assert _probe.hidden_reason() == (
@@ -156,8 +179,9 @@ def test_a_rocm_build_needs_no_nvidia_driver(no_driver: list[str], torch_version
 # -- the probe as a whole ---------------------------------------------------------------------
 
 
-def test_the_probe_reports_the_first_reason_in_order(torch_version: SetVersion, no_driver: list[str],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_probe_reports_the_first_reason_in_order(
+    torch_version: SetVersion, no_driver: list[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
     torch_version("2.13.0+cu128")
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert _probe.probe().startswith("CUDA_VISIBLE_DEVICES='' hides every GPU")
@@ -166,8 +190,10 @@ def test_the_probe_reports_the_first_reason_in_order(torch_version: SetVersion, 
 
 
 def test_the_probe_imports_no_torch() -> None:
-    code = ("import sys; import torchplug_cuda._probe as p; print(repr(p.probe())); "
-            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))")
+    code = (
+        "import sys; import torchplug_cuda._probe as p; print(repr(p.probe())); "
+        "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))"
+    )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     reason, modules = result.stdout.splitlines()
     assert "torch was built without CUDA" in reason

@@ -14,8 +14,10 @@ from torchplug_cuda import find_usable_cuda_devices
 from torchplug_cuda.usable import REUSE_ENV, try_cuda_devices
 
 BUSY = "CUDA error: CUDA-capable device(s) is/are busy or unavailable"
-HINT = ("Hint: nvidia-smi shows the processes holding them; GPUs in exclusive compute mode serve one process at a "
-        "time. Wait for them, or ask for fewer.")
+HINT = (
+    "Hint: nvidia-smi shows the processes holding them; GPUs in exclusive compute mode serve one process at a "
+    "time. Wait for them, or ask for fewer."
+)
 
 Busy = Callable[..., list[int]]
 
@@ -34,8 +36,10 @@ def busy_gpus(fake_gpus: FakeGPUs, monkeypatch: pytest.MonkeyPatch) -> Busy:
                 return real_empty(*size, device=device, **kwargs)
             tried.append(device.index)
             if device.index in busy:
-                raise RuntimeError(f"{BUSY}\nCUDA kernel errors might be asynchronously reported at some other API "
-                                   "call, so the stacktrace below might be incorrect.")
+                raise RuntimeError(
+                    f"{BUSY}\nCUDA kernel errors might be asynchronously reported at some other API "
+                    "call, so the stacktrace below might be incorrect."
+                )
             return real_empty(*size, **kwargs)
 
         monkeypatch.setattr(torch, "empty", empty)
@@ -84,8 +88,10 @@ def test_asking_for_more_than_is_visible(busy_gpus: Busy, monkeypatch: pytest.Mo
     tried = busy_gpus(4)
     with pytest.raises(ValueError) as error:
         find_usable_cuda_devices(5)
-    assert str(error.value) == ("find_usable_cuda_devices(5) asks for 5 GPUs, but only 4 GPUs are visible "
-                                "(CUDA_VISIBLE_DEVICES=0,1,2,3: ids 0-3).")
+    assert str(error.value) == (
+        "find_usable_cuda_devices(5) asks for 5 GPUs, but only 4 GPUs are visible "
+        "(CUDA_VISIBLE_DEVICES=0,1,2,3: ids 0-3)."
+    )
     assert tried == []
 
 
@@ -96,8 +102,11 @@ def test_the_request_must_be_an_int_from_minus_one(value: Any, error: type[Excep
 
 
 def test_without_any_gpu_the_reason_is_given() -> None:
-    with pytest.raises(RuntimeError, match=r"find_usable_cuda_devices\(2\) found no GPU: torch was built without "
-                                           r"CUDA \(torch .*\+cpu\)"):
+    with pytest.raises(
+        RuntimeError,
+        match=r"find_usable_cuda_devices\(2\) found no GPU: torch was built without "
+        r"CUDA \(torch .*\+cpu\)",
+    ):
         find_usable_cuda_devices(2)
 
 
@@ -116,8 +125,9 @@ def test_the_answer_is_left_for_the_ranks_the_launcher_starts(busy_gpus: Busy) -
     assert os.environ[REUSE_ENV] == f"{os.getpid()}|2:*|1,2"
 
 
-def test_a_rank_started_by_the_launcher_reuses_its_parents_answer(busy_gpus: Busy,
-                                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_rank_started_by_the_launcher_reuses_its_parents_answer(
+    busy_gpus: Busy, monkeypatch: pytest.MonkeyPatch
+) -> None:
     # Rank 0 has taken GPU 1 by now; trying again here would answer [2, 3] and the ranks would disagree.
     tried = busy_gpus(4, busy={0, 1})
     monkeypatch.setenv(REUSE_ENV, f"{os.getpid() + 1}|2:*|1,2")
@@ -125,11 +135,14 @@ def test_a_rank_started_by_the_launcher_reuses_its_parents_answer(busy_gpus: Bus
     assert tried == []
 
 
-@pytest.mark.parametrize("stored", ["{this}|2:*|1,2", "{other}|3:*|1,2,3", "{other}|2:0,1,2,3|1,2", "garbage",
-                                    "{other}|2:*|x,y"],
-                         ids=["same-process", "other-count", "other-visible-devices", "garbage", "bad-ids"])
-def test_an_answer_for_another_request_or_this_process_is_not_reused(busy_gpus: Busy, monkeypatch: pytest.MonkeyPatch,
-                                                                    stored: str) -> None:
+@pytest.mark.parametrize(
+    "stored",
+    ["{this}|2:*|1,2", "{other}|3:*|1,2,3", "{other}|2:0,1,2,3|1,2", "garbage", "{other}|2:*|x,y"],
+    ids=["same-process", "other-count", "other-visible-devices", "garbage", "bad-ids"],
+)
+def test_an_answer_for_another_request_or_this_process_is_not_reused(
+    busy_gpus: Busy, monkeypatch: pytest.MonkeyPatch, stored: str
+) -> None:
     tried = busy_gpus(4, busy={0, 1})
     monkeypatch.setenv(REUSE_ENV, stored.format(this=os.getpid(), other=os.getpid() + 1))
     assert find_usable_cuda_devices(2, isolated=False) == [2, 3]

@@ -33,6 +33,7 @@ def fake_state(fake_habana: ModuleType) -> ModuleType:
 @pytest.fixture
 def refake(fake_habana: ModuleType, monkeypatch: pytest.MonkeyPatch) -> Callable[..., None]:
     """Reload the fake with other settings: ``refake(FAKE_HPU_NAME="GAUDI")``, ``refake(FAKE_HABANA_NO_FP8="1")``."""
+
     def apply(**settings: str) -> None:
         for name, value in settings.items():
             monkeypatch.setenv(name, value)

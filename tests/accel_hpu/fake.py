@@ -19,9 +19,11 @@ import pytest
 FAKE_VENDOR = Path(__file__).parent / "fake_vendor"
 
 #: The reason every HPU plugin gives when habana_frameworks is missing (checked word for word).
-NOT_INSTALLED = ("habana_frameworks is not installed. Hint: install Intel Gaudi's PyTorch packages "
-                 "(habana-torch-plugin, see https://docs.habana.ai/en/latest/Installation_Guide/index.html), or use "
-                 "Intel's Gaudi PyTorch container")
+NOT_INSTALLED = (
+    "habana_frameworks is not installed. Hint: install Intel Gaudi's PyTorch packages "
+    "(habana-torch-plugin, see https://docs.habana.ai/en/latest/Installation_Guide/index.html), or use "
+    "Intel's Gaudi PyTorch container"
+)
 
 _ENV = ("FAKE_HPU_COUNT", "FAKE_HPU_NAME", "FAKE_HABANA_NO_FP8")
 
@@ -62,11 +64,28 @@ def subprocess_env(fake: bool, **extra: str) -> dict[str, str]:
     Launcher and scheduler variables of an enclosing run are dropped, so the child starts its own ranks.
     """
     root = Path(__file__).parents[2]
-    foreign = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
-               "MASTER_PORT", "TORCHPLUG_PARENT_PID", "TORCHPLUG_CLUSTER_ENVIRONMENT", "SLURM_JOB_ID", "SLURM_NTASKS",
-               "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID")
-    env = {k: v for k, v in os.environ.items()
-           if k not in foreign and not k.startswith(("FAKE_HPU", "FAKE_HABANA", "TORCHPLUG_BLOCK", "TORCHELASTIC_"))}
+    foreign = (
+        "LOCAL_RANK",
+        "RANK",
+        "WORLD_SIZE",
+        "LOCAL_WORLD_SIZE",
+        "GROUP_RANK",
+        "NODE_RANK",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "TORCHPLUG_PARENT_PID",
+        "TORCHPLUG_CLUSTER_ENVIRONMENT",
+        "SLURM_JOB_ID",
+        "SLURM_NTASKS",
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "LSB_JOBID",
+    )
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in foreign and not k.startswith(("FAKE_HPU", "FAKE_HABANA", "TORCHPLUG_BLOCK", "TORCHELASTIC_"))
+    }
     paths = [str(FAKE_VENDOR)] if fake else []
     env["PYTHONPATH"] = os.pathsep.join([*paths, str(root)])
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")

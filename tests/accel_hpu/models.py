@@ -70,7 +70,7 @@ def reference_weights(batch_size: int = 16, epochs: int = 2, n: int = 64, lr: fl
         data = dataset(n)
         for _ in range(epochs):
             for start in range(0, n, batch_size):
-                x, y = data.tensors[0][start:start + batch_size], data.tensors[1][start:start + batch_size]
+                x, y = data.tensors[0][start : start + batch_size], data.tensors[1][start : start + batch_size]
                 optimizer.zero_grad()
                 torch.nn.functional.mse_loss(model(x), y).backward()
                 optimizer.step()
@@ -79,5 +79,13 @@ def reference_weights(batch_size: int = 16, epochs: int = 2, n: int = 64, lr: fl
 
 def quiet(root: Any, **kwargs: Any) -> dict[str, Any]:
     """Trainer arguments for a short, silent run under ``root`` on one device."""
-    return {"default_root_dir": str(root), "logger": False, "enable_progress_bar": False,
-            "enable_checkpointing": False, "max_epochs": 1, "num_sanity_val_steps": 0, "devices": 1, **kwargs}
+    return {
+        "default_root_dir": str(root),
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_checkpointing": False,
+        "max_epochs": 1,
+        "num_sanity_val_steps": 0,
+        "devices": 1,
+        **kwargs,
+    }

@@ -16,8 +16,11 @@ from torchplug_hpu import HPUAccelerator
 pytestmark = pytest.mark.usefixtures("fake_habana")
 
 
-@pytest.mark.parametrize(("devices", "expected"), [(1, 1), (8, 8), ("2", 2), (" 4 ", 4), (-1, 8), ("-1", 8)],
-                         ids=["one", "all", "two-as-text", "four-as-text", "minus-one", "minus-one-as-text"])
+@pytest.mark.parametrize(
+    ("devices", "expected"),
+    [(1, 1), (8, 8), ("2", 2), (" 4 ", 4), (-1, 8), ("-1", 8)],
+    ids=["one", "all", "two-as-text", "four-as-text", "minus-one", "minus-one-as-text"],
+)
 def test_devices_are_a_number_of_hpus(devices: Any, expected: int) -> None:
     assert HPUAccelerator.parse_devices(devices) == expected
 
@@ -25,14 +28,26 @@ def test_devices_are_a_number_of_hpus(devices: Any, expected: int) -> None:
 @pytest.mark.parametrize(
     ("devices", "error", "message"),
     [
-        (16, ValueError, r"devices=16 asks for 16 HPUs, but this machine has 8\. Hint: use devices=8 \(or -1\), or "
-                         r"fewer\."),
-        (0, ValueError, r"devices=0 is not valid with accelerator='hpu': give the number of HPUs \(one process each\), "
-                        r"a positive int such as devices=8, or -1 for every HPU\."),
+        (
+            16,
+            ValueError,
+            r"devices=16 asks for 16 HPUs, but this machine has 8\. Hint: use devices=8 \(or -1\), or "
+            r"fewer\.",
+        ),
+        (
+            0,
+            ValueError,
+            r"devices=0 is not valid with accelerator='hpu': give the number of HPUs \(one process each\), "
+            r"a positive int such as devices=8, or -1 for every HPU\.",
+        ),
         (-3, ValueError, r"devices=-3 is not valid"),
         ("two", ValueError, r"devices='two' is not valid"),
-        ([0, 1], TypeError, r"devices=\[0, 1\] is not valid with accelerator='hpu'.* Hint: HPUs are counted, not "
-                            r"chosen by id; pick cards with HABANA_VISIBLE_MODULES=0,1\."),
+        (
+            [0, 1],
+            TypeError,
+            r"devices=\[0, 1\] is not valid with accelerator='hpu'.* Hint: HPUs are counted, not "
+            r"chosen by id; pick cards with HABANA_VISIBLE_MODULES=0,1\.",
+        ),
         (True, TypeError, r"devices=True is not valid"),
         (1.0, TypeError, r"devices=1.0 is not valid"),
     ],
@@ -78,8 +93,15 @@ def test_setup_device_refuses_another_device() -> None:
 def test_device_stats_come_from_the_runtime_in_bytes() -> None:
     stats = HPUAccelerator().get_device_stats(torch.device("hpu"))
     gib = 1 << 30
-    assert stats == {"memory_used_bytes": 3 * gib, "memory_peak_bytes": 5 * gib, "memory_limit_bytes": 94 * gib,
-                     "allocations": 120, "frees": 100, "active_allocations": 20, "largest_allocation_bytes": gib}
+    assert stats == {
+        "memory_used_bytes": 3 * gib,
+        "memory_peak_bytes": 5 * gib,
+        "memory_limit_bytes": 94 * gib,
+        "allocations": 120,
+        "frees": 100,
+        "active_allocations": 20,
+        "largest_allocation_bytes": gib,
+    }
 
 
 def test_the_hpu_random_state_round_trips() -> None:

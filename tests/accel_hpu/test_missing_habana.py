@@ -19,8 +19,9 @@ pytestmark = pytest.mark.usefixtures("no_habana")
 def test_trainer_names_habana_frameworks_and_how_to_get_it() -> None:
     with pytest.raises(PluginUnavailableError) as info:
         torchplug.Trainer(accelerator="hpu")
-    assert str(info.value) == ("Accelerator 'hpu' from accel-hpu 0.1.0 is installed but cannot run on this machine: "
-                               f"{NOT_INSTALLED}")
+    assert str(info.value) == (
+        f"Accelerator 'hpu' from accel-hpu 0.1.0 is installed but cannot run on this machine: {NOT_INSTALLED}"
+    )
 
 
 def test_the_accelerator_says_why_it_is_unavailable() -> None:
@@ -56,8 +57,11 @@ def test_using_a_plugin_raises_the_same_hint(use: object) -> None:
 
 @pytest.mark.parametrize("strategy", ["hpu_single", "hpu_parallel"])
 def test_the_hpu_strategies_on_the_cpu_ask_for_the_hpu_accelerator(tmp_path: Path, strategy: str) -> None:
-    with pytest.raises(MisconfigurationError, match=rf"strategy={strategy!r} runs on HPUs, but the accelerator is "
-                                                    r"CPUAccelerator\. Hint: use accelerator='hpu'\."):
+    with pytest.raises(
+        MisconfigurationError,
+        match=rf"strategy={strategy!r} runs on HPUs, but the accelerator is "
+        r"CPUAccelerator\. Hint: use accelerator='hpu'\.",
+    ):
         torchplug.Trainer(accelerator="cpu", strategy=strategy, **quiet(tmp_path))
 
 

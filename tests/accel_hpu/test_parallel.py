@@ -34,8 +34,14 @@ linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="re
 def run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """Train once on two fake HPUs; return rank 0's summary and every rank's record."""
     out = tmp_path_factory.mktemp("hpu_parallel")
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(out)], env=subprocess_env(fake=True, FAKE_HPU_COUNT="2"),
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(out)],
+        env=subprocess_env(fake=True, FAKE_HPU_COUNT="2"),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=300)
     finally:
@@ -133,6 +139,7 @@ def test_without_a_process_group_the_collectives_are_local() -> None:
 
 
 def test_a_start_method_can_be_chosen_by_instance(fake_habana: object, tmp_path: Path) -> None:
-    trainer = torchplug.Trainer(accelerator="hpu", strategy=HPUParallelStrategy(start_method="spawn"),
-                                **quiet(tmp_path, devices=2))
+    trainer = torchplug.Trainer(
+        accelerator="hpu", strategy=HPUParallelStrategy(start_method="spawn"), **quiet(tmp_path, devices=2)
+    )
     assert type(trainer.strategy.launcher).__name__ == "MultiProcessingLauncher"

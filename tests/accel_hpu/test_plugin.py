@@ -70,10 +70,18 @@ def test_check_imports_the_accelerator_and_counts_the_hpus() -> None:
 
 
 def test_the_plugin_modules_import_nothing_heavy_even_with_habana_installed() -> None:
-    code = ("import sys, torchplug_hpu, torchplug_hpu._plugin, torchplug_hpu._habana\n"
-            f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY!r}))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env=subprocess_env(fake=True), check=True)
+    code = (
+        "import sys, torchplug_hpu, torchplug_hpu._plugin, torchplug_hpu._habana\n"
+        f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY!r}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=subprocess_env(fake=True),
+        check=True,
+    )
     assert result.stdout.strip() == "[]"
 
 

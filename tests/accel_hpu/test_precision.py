@@ -18,29 +18,42 @@ from torchplug_hpu.precision import hpu_precision_name
 pytestmark = pytest.mark.usefixtures("fake_habana")
 
 
-@pytest.mark.parametrize(("given", "mapped"), [("bf16-mixed", "hpu-bf16-mixed"), ("fp8", "hpu-fp8"),
-                                               ("32-true", "32-true"), ("bf16-true", "bf16-true"),
-                                               ("hpu-fp8", "hpu-fp8")])
+@pytest.mark.parametrize(
+    ("given", "mapped"),
+    [
+        ("bf16-mixed", "hpu-bf16-mixed"),
+        ("fp8", "hpu-fp8"),
+        ("32-true", "32-true"),
+        ("bf16-true", "bf16-true"),
+        ("hpu-fp8", "hpu-fp8"),
+    ],
+)
 def test_the_users_names_map_to_the_hpu_precisions(given: str, mapped: str) -> None:
     assert hpu_precision_name(given) == mapped
 
 
-@pytest.mark.parametrize(("given", "why"), [
-    ("16-mixed", "Gaudi trains in bfloat16, which needs no loss scaler: use precision='bf16-mixed'"),
-    ("16-true", "Gaudi trains in bfloat16: use precision='bf16-true'"),
-    ("64-true", "HPUs have no float64"),
-])
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("16-mixed", "Gaudi trains in bfloat16, which needs no loss scaler: use precision='bf16-mixed'"),
+        ("16-true", "Gaudi trains in bfloat16: use precision='bf16-true'"),
+        ("64-true", "HPUs have no float64"),
+    ],
+)
 def test_other_precisions_are_refused_with_the_choices(tmp_path: Path, given: str, why: str) -> None:
     with pytest.raises(MisconfigurationError) as info:
         torchplug.Trainer(accelerator="hpu", precision=given, **quiet(tmp_path))
-    assert str(info.value) == (f"precision={given!r} is not supported on HPUs (accelerator='hpu'): {why}. "
-                               "Choose one of '32-true', 'bf16-true', 'bf16-mixed', 'fp8'.")
+    assert str(info.value) == (
+        f"precision={given!r} is not supported on HPUs (accelerator='hpu'): {why}. "
+        "Choose one of '32-true', 'bf16-true', 'bf16-mixed', 'fp8'."
+    )
 
 
 def test_bf16_mixed_resolves_to_the_hpu_precision(tmp_path: Path) -> None:
     trainer = torchplug.Trainer(accelerator="hpu", precision="bf16-mixed", **quiet(tmp_path))
-    assert "precision            hpu-bf16-mixed  (precision='bf16-mixed', mapped to 'hpu-bf16-mixed'" \
-        in trainer.describe()
+    assert (
+        "precision            hpu-bf16-mixed  (precision='bf16-mixed', mapped to 'hpu-bf16-mixed'" in trainer.describe()
+    )
     assert type(trainer.precision_plugin).__name__ == "HPUPrecision"
 
 
@@ -62,7 +75,8 @@ def test_bf16_true_is_the_cores_half_precision(tmp_path: Path) -> None:
 
 
 def test_fp8_swaps_the_linear_layers_keeping_their_weights_and_trains_under_fp8_autocast(
-        tmp_path: Path, fake_state: ModuleType) -> None:
+    tmp_path: Path, fake_state: ModuleType
+) -> None:
     model = Regressor()
     before = weights(model)
     trainer = torchplug.Trainer(accelerator="hpu", precision="fp8", **quiet(tmp_path, max_epochs=2))
@@ -94,25 +108,33 @@ def test_an_fp8_recipe_is_given_to_fp8_autocast(fake_state: ModuleType) -> None:
 
 def test_fp8_is_refused_where_habana_has_no_transformer_engine(tmp_path: Path, refake: Callable[..., None]) -> None:
     refake(FAKE_HABANA_NO_FP8="1")
-    with pytest.raises(HabanaUnavailableError, match=r"precision='fp8' needs Intel Gaudi's transformer engine "
-                                                     r"\(habana_frameworks\.torch\.hpex\.experimental\."
-                                                     r"transformer_engine\), which the installed habana_frameworks "
-                                                     r"does not have .* Hint: upgrade Intel Gaudi's software stack to "
-                                                     r"1\.14 or later, or use precision='bf16-mixed'"):
+    with pytest.raises(
+        HabanaUnavailableError,
+        match=r"precision='fp8' needs Intel Gaudi's transformer engine "
+        r"\(habana_frameworks\.torch\.hpex\.experimental\."
+        r"transformer_engine\), which the installed habana_frameworks "
+        r"does not have .* Hint: upgrade Intel Gaudi's software stack to "
+        r"1\.14 or later, or use precision='bf16-mixed'",
+    ):
         torchplug.Trainer(accelerator="hpu", precision="fp8", **quiet(tmp_path))
 
 
 def test_fp8_is_refused_on_a_first_generation_gaudi(tmp_path: Path, refake: Callable[..., None]) -> None:
     refake(FAKE_HPU_NAME="GAUDI")
-    with pytest.raises(PluginUnavailableError,
-                       match=r"precision='fp8' needs Gaudi2 or newer, but this HPU is a GAUDI\. Hint: use "
-                             r"precision='bf16-mixed'"):
+    with pytest.raises(
+        PluginUnavailableError,
+        match=r"precision='fp8' needs Gaudi2 or newer, but this HPU is a GAUDI\. Hint: use "
+        r"precision='bf16-mixed'",
+    ):
         torchplug.Trainer(accelerator="hpu", precision="fp8", **quiet(tmp_path))
 
 
 def test_the_plugin_refuses_what_it_does_not_do() -> None:
-    with pytest.raises(MisconfigurationError, match=r"precision='16-mixed' is not supported by HPUPrecision; choose "
-                                                    r"'bf16-mixed' or 'fp8'\."):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"precision='16-mixed' is not supported by HPUPrecision; choose "
+        r"'bf16-mixed' or 'fp8'\.",
+    ):
         HPUPrecision("16-mixed")
     with pytest.raises(MisconfigurationError, match=r"recipe= is for precision='fp8'"):
         HPUPrecision("bf16-mixed", recipe={"margin": 1})

@@ -19,8 +19,10 @@ import pytest
 FAKE_VENDOR = Path(__file__).parent / "fake_vendor"
 
 #: The reason every IPU plugin gives when poptorch is missing (checked word for word).
-NOT_INSTALLED = ("poptorch is not installed. Hint: install Graphcore's Poplar SDK (https://www.graphcore.ai/downloads) "
-                 "and the poptorch wheel it ships: pip install <sdk>/poptorch-*.whl")
+NOT_INSTALLED = (
+    "poptorch is not installed. Hint: install Graphcore's Poplar SDK (https://www.graphcore.ai/downloads) "
+    "and the poptorch wheel it ships: pip install <sdk>/poptorch-*.whl"
+)
 
 
 def forget_poptorch() -> None:

@@ -28,11 +28,19 @@ def test_devices_are_a_replication_factor(devices: Any, expected: int) -> None:
 @pytest.mark.parametrize(
     ("devices", "error", "message"),
     [
-        (3, ValueError, r"devices=3 is not valid with accelerator='ipu': give the number of replicas, one per IPU: a "
-                        r"power of two such as devices=1, 2, 4 or 8 \(or -1 for every IPU\)\. PopTorch picks the IPUs; "
-                        r"ids cannot be chosen\."),
-        (8, ValueError, r"devices=8 asks for 8 IPUs, but PopTorch can attach 4 here\. Hint: use devices=4 \(or -1\), "
-                        r"or fewer\."),
+        (
+            3,
+            ValueError,
+            r"devices=3 is not valid with accelerator='ipu': give the number of replicas, one per IPU: a "
+            r"power of two such as devices=1, 2, 4 or 8 \(or -1 for every IPU\)\. PopTorch picks the IPUs; "
+            r"ids cannot be chosen\.",
+        ),
+        (
+            8,
+            ValueError,
+            r"devices=8 asks for 8 IPUs, but PopTorch can attach 4 here\. Hint: use devices=4 \(or -1\), "
+            r"or fewer\.",
+        ),
         (0, ValueError, r"devices=0 is not valid"),
         (-2, ValueError, r"devices=-2 is not valid"),
         ("two", ValueError, r"devices='two' is not valid"),

@@ -18,8 +18,9 @@ pytestmark = pytest.mark.usefixtures("no_poptorch")
 def test_trainer_names_poptorch_and_how_to_get_it() -> None:
     with pytest.raises(PluginUnavailableError) as info:
         torchplug.Trainer(accelerator="ipu")
-    assert str(info.value) == ("Accelerator 'ipu' from accel-ipu 0.1.0 is installed but cannot run on this machine: "
-                               f"{NOT_INSTALLED}")
+    assert str(info.value) == (
+        f"Accelerator 'ipu' from accel-ipu 0.1.0 is installed but cannot run on this machine: {NOT_INSTALLED}"
+    )
 
 
 def test_the_accelerator_says_why_it_is_unavailable() -> None:
@@ -52,8 +53,11 @@ def test_using_a_plugin_raises_the_same_hint(use: object) -> None:
 
 
 def test_the_ipu_strategy_on_the_cpu_asks_for_the_ipu_accelerator(tmp_path: Path) -> None:
-    with pytest.raises(MisconfigurationError, match=r"strategy='ipu' compiles the model for IPUs, but the accelerator "
-                                                    r"is CPUAccelerator\. Hint: use accelerator='ipu'\."):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"strategy='ipu' compiles the model for IPUs, but the accelerator "
+        r"is CPUAccelerator\. Hint: use accelerator='ipu'\.",
+    ):
         torchplug.Trainer(accelerator="cpu", strategy="ipu", **quiet(tmp_path))
 
 

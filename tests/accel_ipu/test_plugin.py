@@ -25,7 +25,7 @@ NAMES = {
 
 def listing(fake: bool, *args: str) -> dict[str, Any]:
     """``core plugins list --json ARGS`` in a fresh interpreter, plus which heavy modules it imported."""
-    return plugins_listing(subprocess_env(fake), {'torch', 'poptorch'}, *args)
+    return plugins_listing(subprocess_env(fake), {"torch", "poptorch"}, *args)
 
 
 def ours(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -39,9 +39,11 @@ def test_every_name_is_registered_lazily_by_accel_ipu() -> None:
         assert entry.provider.distribution == "accel-ipu" and entry.provider.version == "0.1.0"
         assert entry.probe == "torchplug_ipu._poptorch:probe"
     precisions = torchplug.plugin_host().registry("precision")
-    assert {name: precisions.resolve(name).init_params for name in ("ipu-32-true", "ipu-16-mixed", "ipu-16-true")} \
-        == {"ipu-32-true": {"precision": "32-true"}, "ipu-16-mixed": {"precision": "16-mixed"},
-            "ipu-16-true": {"precision": "16-true"}}
+    assert {name: precisions.resolve(name).init_params for name in ("ipu-32-true", "ipu-16-mixed", "ipu-16-true")} == {
+        "ipu-32-true": {"precision": "32-true"},
+        "ipu-16-mixed": {"precision": "16-mixed"},
+        "ipu-16-true": {"precision": "16-true"},
+    }
 
 
 def test_listing_shows_every_ipu_plugin_unavailable_without_poptorch_and_imports_no_torch() -> None:
@@ -68,10 +70,18 @@ def test_check_imports_the_accelerator_and_counts_the_ipus() -> None:
 
 
 def test_the_plugin_modules_import_nothing_heavy_even_with_poptorch_installed() -> None:
-    code = ("import sys, torchplug_ipu, torchplug_ipu._plugin, torchplug_ipu._poptorch\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'poptorch'}))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env=subprocess_env(fake=True), check=True)
+    code = (
+        "import sys, torchplug_ipu, torchplug_ipu._plugin, torchplug_ipu._poptorch\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'poptorch'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=subprocess_env(fake=True),
+        check=True,
+    )
     assert result.stdout.strip() == "[]"
 
 

@@ -18,20 +18,34 @@ from torchplug_ipu.precision import ipu_precision_name
 pytestmark = pytest.mark.usefixtures("fake_poptorch")
 
 
-@pytest.mark.parametrize(("given", "mapped"), [("32-true", "ipu-32-true"), ("16-mixed", "ipu-16-mixed"),
-                                               ("16-true", "ipu-16-true"), ("ipu-16-true", "ipu-16-true")])
+@pytest.mark.parametrize(
+    ("given", "mapped"),
+    [
+        ("32-true", "ipu-32-true"),
+        ("16-mixed", "ipu-16-mixed"),
+        ("16-true", "ipu-16-true"),
+        ("ipu-16-true", "ipu-16-true"),
+    ],
+)
 def test_the_users_names_map_to_the_ipu_precisions(given: str, mapped: str) -> None:
     assert ipu_precision_name(given) == mapped
 
 
-@pytest.mark.parametrize(("given", "why"), [("bf16-mixed", "IPUs have no bfloat16"),
-                                            ("bf16-true", "IPUs have no bfloat16"),
-                                            ("64-true", "IPUs compute in float32 and float16 only")])
+@pytest.mark.parametrize(
+    ("given", "why"),
+    [
+        ("bf16-mixed", "IPUs have no bfloat16"),
+        ("bf16-true", "IPUs have no bfloat16"),
+        ("64-true", "IPUs compute in float32 and float16 only"),
+    ],
+)
 def test_other_precisions_are_refused_with_the_choices(tmp_path: Path, given: str, why: str) -> None:
     with pytest.raises(MisconfigurationError) as info:
         torchplug.Trainer(accelerator="ipu", precision=given, **quiet(tmp_path))
-    assert str(info.value) == (f"precision={given!r} is not supported on IPUs (accelerator='ipu'): {why}. "
-                               "Choose one of '32-true', '16-mixed', '16-true'.")
+    assert str(info.value) == (
+        f"precision={given!r} is not supported on IPUs (accelerator='ipu'): {why}. "
+        "Choose one of '32-true', '16-mixed', '16-true'."
+    )
 
 
 @pytest.mark.parametrize("given", ["16-mixed", "16-true"])
@@ -55,7 +69,8 @@ def test_16_true_halves_the_model_and_the_inputs_and_turns_on_stochastic_roundin
 
 
 def test_16_mixed_keeps_float32_weights_and_computes_in_a_poptorch_autocast_region(
-        tmp_path: Path, fake_state: ModuleType) -> None:
+    tmp_path: Path, fake_state: ModuleType
+) -> None:
     model = Regressor()
     trainer = torchplug.Trainer(accelerator="ipu", precision="16-mixed", **quiet(tmp_path))
     trainer.fit(model, loader())
@@ -70,9 +85,12 @@ def test_16_mixed_is_refused_where_poptorch_has_no_autocast(tmp_path: Path, monk
     monkeypatch.setenv("FAKE_POPTORCH_NO_AUTOCAST", "1")
     forget_poptorch()
     trainer = torchplug.Trainer(accelerator="ipu", precision="16-mixed", **quiet(tmp_path))
-    with pytest.raises(MisconfigurationError, match=r"precision='16-mixed' on IPUs runs the step in a "
-                                                    r"poptorch\.autocast region, which the installed poptorch does not "
-                                                    r"offer\. Hint: use precision='16-true'"):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"precision='16-mixed' on IPUs runs the step in a "
+        r"poptorch\.autocast region, which the installed poptorch does not "
+        r"offer\. Hint: use precision='16-true'",
+    ):
         trainer.fit(Regressor(), loader())
 
 
@@ -86,13 +104,19 @@ def test_32_true_changes_nothing() -> None:
 
 def test_gradient_clipping_is_refused_with_the_alternative(tmp_path: Path) -> None:
     trainer = torchplug.Trainer(accelerator="ipu", gradient_clip_val=1.0, **quiet(tmp_path))
-    with pytest.raises(MisconfigurationError, match=r"gradient_clip_val is not supported on IPUs: the gradients never "
-                                                    r"leave the IPU\. Hint: .*poptorch\.optim\.LAMB"):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"gradient_clip_val is not supported on IPUs: the gradients never "
+        r"leave the IPU\. Hint: .*poptorch\.optim\.LAMB",
+    ):
         trainer.fit(Regressor(), loader())
 
 
 def test_an_unknown_precision_name_lists_the_choices() -> None:
-    with pytest.raises(MisconfigurationError, match=r"precision='bf16-true' is not supported by IPUPrecision; choose "
-                                                    r"'32-true', '16-mixed', '16-true'\."):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"precision='bf16-true' is not supported by IPUPrecision; choose "
+        r"'32-true', '16-mixed', '16-true'\.",
+    ):
         IPUPrecision("bf16-true")
     assert repr(IPUStrategy(precision=IPUPrecision("16-true")).precision) == "IPUPrecision(precision='16-true')"

@@ -45,8 +45,11 @@ def test_a_poptorch_loader_is_kept_and_others_are_refused(fake_poptorch: ModuleT
     strategy = IPUStrategy()
     own = fake_poptorch.DataLoader(fake_poptorch.Options(), dataset(), batch_size=4)
     assert strategy.process_dataloader(own) is own
-    with pytest.raises(MisconfigurationError, match=r"cannot rebuild a list\. Hint: pass a "
-                                                    r"torch\.utils\.data\.DataLoader"):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"cannot rebuild a list\. Hint: pass a "
+        r"torch\.utils\.data\.DataLoader",
+    ):
         strategy.process_dataloader([torch.zeros(2)])
     batches = DataLoader(dataset(), batch_sampler=[[0, 1], [2, 3]])
     with pytest.raises(MisconfigurationError, match=r"this DataLoader has a custom batch_sampler"):
@@ -81,8 +84,9 @@ def test_the_trainer_never_adds_a_distributed_sampler(tmp_path: Path, fake_popto
 
 def test_replicas_and_on_device_accumulation_train_like_one_big_batch(tmp_path: Path) -> None:
     model = Regressor()
-    trainer = torchplug.Trainer(accelerator="ipu", strategy=IPUStrategy(gradient_accumulation=2),
-                                **quiet(tmp_path, devices=2, max_epochs=2))
+    trainer = torchplug.Trainer(
+        accelerator="ipu", strategy=IPUStrategy(gradient_accumulation=2), **quiet(tmp_path, devices=2, max_epochs=2)
+    )
     trainer.fit(model, loader(batch_size=4))
     assert close(weights(model), reference_weights(batch_size=16, epochs=2))  # 2 replicas x 2 micro-batches x 4
     assert trainer.global_step == 8  # one optimizer step per Trainer batch: 64 / 16 x 2 epochs
@@ -114,7 +118,8 @@ def test_device_iterations_run_several_steps_per_call(tmp_path: Path, fake_state
 
 
 def test_the_model_holds_the_trained_weights_after_fit_and_the_host_optimizer_never_stepped(
-        tmp_path: Path, fake_state: ModuleType) -> None:
+    tmp_path: Path, fake_state: ModuleType
+) -> None:
     model = Regressor()
     before = weights(model)
     trainer = torchplug.Trainer(accelerator="ipu", **quiet(tmp_path))
@@ -129,8 +134,13 @@ def test_a_learning_rate_schedule_reaches_the_ipu(tmp_path: Path, fake_state: Mo
     class Scheduled(Regressor):
         def configure_optimizers(self) -> Any:
             optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
-            return {"optimizer": optimizer, "lr_scheduler": {
-                "scheduler": torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5), "interval": "step"}}
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": {
+                    "scheduler": torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.5),
+                    "interval": "step",
+                },
+            }
 
     model = Scheduled()
     trainer = torchplug.Trainer(accelerator="ipu", **quiet(tmp_path))
@@ -144,7 +154,7 @@ def test_a_learning_rate_schedule_reaches_the_ipu(tmp_path: Path, fake_state: Mo
     for step in range(4):
         optimizer.param_groups[0]["lr"] = 0.1 * 0.5**step
         optimizer.zero_grad()
-        torch.nn.functional.mse_loss(reference(x[16 * step:16 * step + 16]), y[16 * step:16 * step + 16]).backward()
+        torch.nn.functional.mse_loss(reference(x[16 * step : 16 * step + 16]), y[16 * step : 16 * step + 16]).backward()
         optimizer.step()
     assert close(weights(model), weights(reference))
 
@@ -176,9 +186,16 @@ def test_only_one_compiled_model_holds_the_ipus_at_a_time(tmp_path: Path, fake_s
     trainer = torchplug.Trainer(accelerator="ipu", **quiet(tmp_path, max_epochs=2))
     trainer.fit(Regressor(), loader(batch_size=16), loader(batch_size=16))  # the fake refuses a second holder
     compiled = [c for c in fake_state.calls if c.startswith(("compile", "attach", "detach"))]
-    assert compiled == ["compile:training", "detach", "compile:inference",  # epoch 1: train, validate
-                        "detach", "attach", "detach", "attach",  # epoch 2: train, validate
-                        "detach"]  # the end of fit releases the IPUs
+    assert compiled == [
+        "compile:training",
+        "detach",
+        "compile:inference",  # epoch 1: train, validate
+        "detach",
+        "attach",
+        "detach",
+        "attach",  # epoch 2: train, validate
+        "detach",
+    ]  # the end of fit releases the IPUs
 
 
 def test_predict_returns_one_prediction_per_sample(tmp_path: Path) -> None:
@@ -229,15 +246,27 @@ def test_a_resumed_run_sends_the_loaded_weights_to_the_ipu(tmp_path: Path) -> No
 
 def test_the_options_follow_the_arguments_and_the_seed(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHPLUG_GLOBAL_SEED", "7")
-    trainer = torchplug.Trainer(accelerator="ipu", accumulate_grad_batches=3, strategy=IPUStrategy(device_iterations=2),
-                                **quiet(tmp_path, devices=4))
+    trainer = torchplug.Trainer(
+        accelerator="ipu",
+        accumulate_grad_batches=3,
+        strategy=IPUStrategy(device_iterations=2),
+        **quiet(tmp_path, devices=4),
+    )
     trainer.fit(Regressor(), loader(n=48, batch_size=2), loader(n=48, batch_size=2))  # one batch of 2 x 24
     training, inference = trainer.strategy.training_options, trainer.strategy.inference_options
     assert training.toDict() | {"partials_type": None} == {
-        "device_iterations": 2, "replication_factor": 4, "gradient_accumulation": 3, "random_seed": 7,
-        "partials_type": None, "stochastic_rounding": False}
-    assert (inference.device_iterations, inference.replication_factor, inference.Training.gradient_accumulation) \
-        == (6, 4, 1)  # the same micro-batches per call, no accumulation
+        "device_iterations": 2,
+        "replication_factor": 4,
+        "gradient_accumulation": 3,
+        "random_seed": 7,
+        "partials_type": None,
+        "stochastic_rounding": False,
+    }
+    assert (inference.device_iterations, inference.replication_factor, inference.Training.gradient_accumulation) == (
+        6,
+        4,
+        1,
+    )  # the same micro-batches per call, no accumulation
 
 
 def test_given_options_win_and_must_agree(fake_poptorch: ModuleType) -> None:
@@ -245,13 +274,21 @@ def test_given_options_win_and_must_agree(fake_poptorch: ModuleType) -> None:
     strategy = IPUStrategy(training_options=training)
     assert strategy.training_options is training and (strategy.replication_factor, strategy.accumulation) == (2, 1)
     wrong = fake_poptorch.Options().deviceIterations(3)
-    with pytest.raises(MisconfigurationError, match=r"inference_options consume 3 micro-batches per call and the "
-                                                    r"training options 4"):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"inference_options consume 3 micro-batches per call and the "
+        r"training options 4",
+    ):
         IPUStrategy(training_options=training, inference_options=wrong).inference_options  # noqa: B018
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"device_iterations": 0}, r"device_iterations=0 is not valid"),
-                                                 ({"gradient_accumulation": -1}, r"gradient_accumulation=-1")])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"device_iterations": 0}, r"device_iterations=0 is not valid"),
+        ({"gradient_accumulation": -1}, r"gradient_accumulation=-1"),
+    ],
+)
 def test_counts_must_be_positive(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(MisconfigurationError, match=message):
         IPUStrategy(**kwargs)
@@ -286,8 +323,11 @@ def test_a_step_that_returns_no_loss_is_refused(tmp_path: Path) -> None:
             return None
 
     trainer = torchplug.Trainer(accelerator="ipu", **quiet(tmp_path))
-    with pytest.raises(MisconfigurationError, match=r"training_step returned NoneType; on IPUs it must return the "
-                                                    r"loss"):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"training_step returned NoneType; on IPUs it must return the "
+        r"loss",
+    ):
         trainer.fit(Skips(), loader())
 
 

@@ -19,8 +19,10 @@ import pytest
 FAKE_VENDOR = Path(__file__).parent / "fake_vendor"
 
 #: The reason every TPU plugin gives when torch_xla is missing (checked word for word).
-NOT_INSTALLED = ("torch_xla is not installed. Hint: pip install torch_xla "
-                 "(see https://github.com/pytorch/xla for the build matching your torch)")
+NOT_INSTALLED = (
+    "torch_xla is not installed. Hint: pip install torch_xla "
+    "(see https://github.com/pytorch/xla for the build matching your torch)"
+)
 
 
 def forget_torch_xla() -> None:

@@ -55,8 +55,15 @@ class Regressor(torchplug.Module):
 
 def quiet(root: Any, **kwargs: Any) -> dict[str, Any]:
     """Trainer arguments for a short, silent run under ``root``."""
-    return {"default_root_dir": str(root), "logger": False, "enable_progress_bar": False,
-            "enable_checkpointing": False, "max_epochs": 1, "num_sanity_val_steps": 0, **kwargs}
+    return {
+        "default_root_dir": str(root),
+        "logger": False,
+        "enable_progress_bar": False,
+        "enable_checkpointing": False,
+        "max_epochs": 1,
+        "num_sanity_val_steps": 0,
+        **kwargs,
+    }
 
 
 class IndexedRegressor(Regressor):

@@ -30,8 +30,18 @@ def four_chips(fake_chips: Callable[[int], None]) -> None:
 @pytest.mark.parametrize(
     ("devices", "expected"),
     [(1, 1), (4, 4), (-1, 4), ("4", 4), ("-1", 4), (" 1 ", 1), ([2], [2]), ((3,), [3]), ("2,", [2]), ("0", None)],
-    ids=["one", "all", "minus-one", "all-as-text", "minus-one-as-text", "one-as-text", "index", "index-tuple",
-         "index-as-text", "zero-refused"],
+    ids=[
+        "one",
+        "all",
+        "minus-one",
+        "all-as-text",
+        "minus-one-as-text",
+        "one-as-text",
+        "index",
+        "index-tuple",
+        "index-as-text",
+        "zero-refused",
+    ],
 )
 def test_parse_devices_takes_one_all_or_an_index(devices: Any, expected: Any) -> None:
     if expected is None:
@@ -45,9 +55,13 @@ def test_parse_devices_takes_one_all_or_an_index(devices: Any, expected: Any) ->
 @pytest.mark.parametrize(
     ("devices", "error", "message"),
     [
-        (2, ValueError, r"devices=2 is not valid with accelerator='tpu': XLA trains on one device or on all 4 devices "
-                        r"of this host: give devices=1, devices=4 \(or -1, 'auto'\) for all, or devices=\[i\] for "
-                        r"device i \(0 to 3\)\."),
+        (
+            2,
+            ValueError,
+            r"devices=2 is not valid with accelerator='tpu': XLA trains on one device or on all 4 devices "
+            r"of this host: give devices=1, devices=4 \(or -1, 'auto'\) for all, or devices=\[i\] for "
+            r"device i \(0 to 3\)\.",
+        ),
         ([0, 1], ValueError, r"devices=\[0, 1\] is not valid"),
         ([4], ValueError, r"devices=\[4\] selects XLA device 4, but this host has 4 \(ids 0 to 3\)"),
         ("0,1", ValueError, r"devices='0,1' is not valid"),
@@ -56,8 +70,16 @@ def test_parse_devices_takes_one_all_or_an_index(devices: Any, expected: Any) ->
         (True, TypeError, r"devices=True is not valid with accelerator='tpu'"),
         (1.0, TypeError, r"devices=1.0 is not valid"),
     ],
-    ids=["two-of-four", "two-indices", "index-out-of-range", "two-indices-as-text", "words", "bool-index", "bool",
-         "float"],
+    ids=[
+        "two-of-four",
+        "two-indices",
+        "index-out-of-range",
+        "two-indices-as-text",
+        "words",
+        "bool-index",
+        "bool",
+        "float",
+    ],
 )
 def test_parse_devices_errors_quote_the_value_and_list_the_choices(devices: Any, error: type, message: str) -> None:
     with pytest.raises(error, match=message):
@@ -75,8 +97,9 @@ def test_parallel_devices_are_xla_devices() -> None:
     assert XLAAccelerator.get_parallel_devices([2]) == [torch.device("xla", 2)]
 
 
-def test_devices_are_counted_without_starting_the_runtime(fake_state: ModuleType, fake_chips: Callable[[int], None],
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_devices_are_counted_without_starting_the_runtime(
+    fake_state: ModuleType, fake_chips: Callable[[int], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake_chips(4)
     monkeypatch.setenv("FAKE_XLA_CORES_PER_CHIP", "2")  # TPU v2/v3: two cores per chip
     assert XLAAccelerator.auto_device_count() == 8
@@ -89,13 +112,15 @@ def test_no_chip_means_unavailable_with_a_hint(fake_chips: Callable[[int], None]
     assert XLAAccelerator.is_available() is False
     assert XLAAccelerator.unavailable_reason() == (
         "torch_xla found no XLA device on this machine (PJRT_DEVICE='TPU'). Hint: run on a TPU VM, or set "
-        "PJRT_DEVICE=CPU to try XLA on the CPU.")
+        "PJRT_DEVICE=CPU to try XLA on the CPU."
+    )
     with pytest.raises(torchplug.PluginUnavailableError, match="torch_xla found no XLA device"):
         torchplug.Trainer(accelerator="tpu")
 
 
-def test_other_pjrt_devices_are_counted_by_the_runtime(monkeypatch: pytest.MonkeyPatch,
-                                                       fake_chips: Callable[[int], None]) -> None:
+def test_other_pjrt_devices_are_counted_by_the_runtime(
+    monkeypatch: pytest.MonkeyPatch, fake_chips: Callable[[int], None]
+) -> None:
     monkeypatch.setenv("PJRT_DEVICE", "CPU")
     fake_chips(3)
     assert XLAAccelerator.auto_device_count() == 3
@@ -108,8 +133,10 @@ def test_a_broken_torch_xla_is_reported_not_raised(fake_xla: ModuleType, monkeyp
         raise OSError("cannot read /sys/bus/pci")
 
     monkeypatch.setattr(tpu, "num_available_chips", broken)
-    assert XLAAccelerator.unavailable_reason() == "torch_xla could not count the XLA devices: OSError: cannot read " \
-                                                  "/sys/bus/pci"
+    assert (
+        XLAAccelerator.unavailable_reason() == "torch_xla could not count the XLA devices: OSError: cannot read "
+        "/sys/bus/pci"
+    )
 
 
 def test_auto_prefers_the_tpu_when_it_is_available(tmp_path: Path) -> None:
@@ -121,7 +148,10 @@ def test_auto_prefers_the_tpu_when_it_is_available(tmp_path: Path) -> None:
 def test_answers_to_the_core() -> None:
     accelerator = XLAAccelerator()
     assert (accelerator.device_type, accelerator.autocast_device_type, accelerator.process_group_backend) == (
-        "xla", "xla", "xla")
+        "xla",
+        "xla",
+        "xla",
+    )
     assert accelerator.default_strategy(1, 1, False) == "single_xla"
     assert accelerator.default_strategy(4, 1, True) == "xla"  # also in notebooks: the XLA launcher forks
     assert accelerator.supported_precisions == {"xla-32-true", "xla-bf16-true", "xla-16-true", "xla-bf16-mixed"}
@@ -135,11 +165,19 @@ def test_default_checkpoint_io_is_io_xla_when_installed(tmp_path: Path) -> None:
 
 
 def test_default_checkpoint_io_is_the_cores_without_io_xla() -> None:
-    code = ("import torchplug\nfrom torchplug_tpu import XLAAccelerator\n"
-            "trainer = torchplug.Trainer(accelerator='tpu', logger=False)\n"
-            "print(XLAAccelerator().default_checkpoint_io, type(trainer.checkpoint_io).__name__)")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False,
-                            env=subprocess_env(fake=True, TORCHPLUG_BLOCK_PLUGINS="io-xla"))
+    code = (
+        "import torchplug\nfrom torchplug_tpu import XLAAccelerator\n"
+        "trainer = torchplug.Trainer(accelerator='tpu', logger=False)\n"
+        "print(XLAAccelerator().default_checkpoint_io, type(trainer.checkpoint_io).__name__)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env=subprocess_env(fake=True, TORCHPLUG_BLOCK_PLUGINS="io-xla"),
+    )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["xla", "TorchCheckpointIO"]  # preferred, not installed: the core's IO
 
@@ -154,7 +192,9 @@ def test_device_stats_of_older_torch_xla(fake_xla: ModuleType, monkeypatch: pyte
 
     monkeypatch.setattr(xm, "get_memory_info", lambda device=None: {"kb_free": 1024, "kb_total": 4096})
     assert XLAAccelerator().get_device_stats(torch.device("xla", 0)) == {
-        "memory_used_bytes": 3 * 2**20, "memory_limit_bytes": 4 * 2**20}
+        "memory_used_bytes": 3 * 2**20,
+        "memory_limit_bytes": 4 * 2**20,
+    }
 
 
 def test_rng_state_round_trip(fake_state: ModuleType) -> None:
@@ -171,5 +211,6 @@ def test_a_torch_xla_that_fails_to_import_says_so(monkeypatch: pytest.MonkeyPatc
     reason = XLAAccelerator.unavailable_reason()
     assert reason is not None
     assert reason.startswith("torch_xla is installed, but torch_xla.runtime cannot be imported: ")
-    assert reason.endswith("Hint: pip install torch_xla (see https://github.com/pytorch/xla for the build matching "
-                           "your torch)")
+    assert reason.endswith(
+        "Hint: pip install torch_xla (see https://github.com/pytorch/xla for the build matching your torch)"
+    )

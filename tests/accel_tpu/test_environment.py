@@ -15,8 +15,12 @@ def test_ranks_come_from_the_runtime(fake_xla: ModuleType, monkeypatch: pytest.M
     monkeypatch.setenv("FAKE_XLA_WORLD_SIZE", "4")
     monkeypatch.setenv("FAKE_XLA_ORDINAL", "3")
     environment = XLAEnvironment()
-    assert (environment.world_size(), environment.global_rank(), environment.local_rank(),
-            environment.node_rank()) == (4, 3, 3, 0)
+    assert (environment.world_size(), environment.global_rank(), environment.local_rank(), environment.node_rank()) == (
+        4,
+        3,
+        3,
+        0,
+    )
     monkeypatch.setenv("FAKE_XLA_ORDINAL", "1")  # never cached: each launched process asks for itself
     assert environment.global_rank() == 1
     environment.set_global_rank(0)  # the runtime decides: ignored
@@ -27,8 +31,11 @@ def test_ranks_come_from_the_runtime(fake_xla: ModuleType, monkeypatch: pytest.M
 def test_it_starts_no_processes_and_has_no_rendezvous_address() -> None:
     environment = XLAEnvironment()
     assert environment.creates_processes_externally is False
-    with pytest.raises(NotImplementedError, match=r"torch_xla runtime does its own rendezvous\. Hint: use it with "
-                                                  "strategy='xla'"):
+    with pytest.raises(
+        NotImplementedError,
+        match=r"torch_xla runtime does its own rendezvous\. Hint: use it with "
+        "strategy='xla'",
+    ):
         _ = environment.main_address
     with pytest.raises(NotImplementedError, match="no main port"):
         _ = environment.main_port
@@ -47,4 +54,5 @@ def test_it_can_be_forced_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     selection = select_cluster_environment(torchplug.plugin_host().registry("cluster_environment"))
     assert isinstance(selection.environment, XLAEnvironment)
     assert selection.trace == (
-        "xla_runtime: forced by TORCHPLUG_CLUSTER_ENVIRONMENT=xla_runtime (its detect() says no; used anyway)",)
+        "xla_runtime: forced by TORCHPLUG_CLUSTER_ENVIRONMENT=xla_runtime (its detect() says no; used anyway)",
+    )

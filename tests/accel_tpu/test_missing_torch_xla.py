@@ -21,8 +21,10 @@ def test_trainer_names_torch_xla_and_how_to_get_it(name: str) -> None:
     with pytest.raises(PluginUnavailableError) as info:
         torchplug.Trainer(accelerator=name)
     message = str(info.value)
-    assert f"Accelerator 'tpu' from accel-tpu 0.1.0 is installed but cannot run on this machine: {NOT_INSTALLED}" \
+    assert (
+        f"Accelerator 'tpu' from accel-tpu 0.1.0 is installed but cannot run on this machine: {NOT_INSTALLED}"
         == message
+    )
 
 
 def test_the_accelerator_says_why_it_is_unavailable() -> None:
@@ -63,8 +65,11 @@ def test_launching_the_xla_strategy_raises_the_hint(tmp_path: Path) -> None:
 
 
 def test_the_xla_strategy_on_the_cpu_asks_for_the_tpu_accelerator(tmp_path: Path) -> None:
-    with pytest.raises(MisconfigurationError, match=r"strategy='xla' runs on XLA devices, but the accelerator is "
-                                                    r"CPUAccelerator\. Hint: use accelerator='tpu'"):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"strategy='xla' runs on XLA devices, but the accelerator is "
+        r"CPUAccelerator\. Hint: use accelerator='tpu'",
+    ):
         torchplug.Trainer(accelerator="cpu", strategy="xla", **quiet(tmp_path))
 
 
@@ -73,8 +78,9 @@ def test_the_xla_checkpoint_io_still_works_on_the_cpu(tmp_path: Path) -> None:
     assert type(trainer.checkpoint_io).__name__ == "TorchCheckpointIO"  # the CPU keeps the core's default
     from torchplug_xla_io import XLACheckpointIO
 
-    trainer = torchplug.Trainer(accelerator="cpu", plugins=[XLACheckpointIO()],
-                                **quiet(tmp_path, enable_checkpointing=True, max_steps=2))
+    trainer = torchplug.Trainer(
+        accelerator="cpu", plugins=[XLACheckpointIO()], **quiet(tmp_path, enable_checkpointing=True, max_steps=2)
+    )
     trainer.fit(Regressor(), loader())
     saved = trainer.checkpoint_callback.best_model_path
     assert XLACheckpointIO().load_checkpoint(saved)["global_step"] == 2

@@ -29,7 +29,7 @@ NAMES = {
 
 def listing(fake: bool, *args: str) -> dict[str, Any]:
     """``core plugins list --json ARGS`` in a fresh interpreter, plus which heavy modules it imported."""
-    return plugins_listing(subprocess_env(fake), {'torch', 'torch_xla'}, *args)
+    return plugins_listing(subprocess_env(fake), {"torch", "torch_xla"}, *args)
 
 
 def ours(data: dict[str, Any]) -> dict[tuple[str, str], dict[str, Any]]:
@@ -70,11 +70,19 @@ def test_check_imports_the_accelerator_and_counts_the_devices() -> None:
 
 
 def test_the_plugin_modules_import_nothing_heavy_even_with_torch_xla_installed() -> None:
-    code = ("import sys, torchplug_tpu, torchplug_tpu._plugin, torchplug_tpu._xla, torchplug_tpu.environment, "
-            "torchplug_xla_io, torchplug_xla_io._plugin\n"
-            "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'torch_xla'}))")
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60,
-                            env=subprocess_env(fake=True), check=True)
+    code = (
+        "import sys, torchplug_tpu, torchplug_tpu._plugin, torchplug_tpu._xla, torchplug_tpu.environment, "
+        "torchplug_xla_io, torchplug_xla_io._plugin\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'torch_xla'}))"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=subprocess_env(fake=True),
+        check=True,
+    )
     assert result.stdout.strip() == "[]"
 
 

@@ -30,8 +30,9 @@ pytestmark = pytest.mark.usefixtures("fake_xla")
         ("xla-bf16-true", "xla-bf16-true", "bf16-true"),
     ],
 )
-def test_trainer_maps_the_users_precision_to_the_xla_one(tmp_path: Path, given: str | None, registry_name: str,
-                                                         mode: str) -> None:
+def test_trainer_maps_the_users_precision_to_the_xla_one(
+    tmp_path: Path, given: str | None, registry_name: str, mode: str
+) -> None:
     trainer = torchplug.Trainer(accelerator="tpu", precision=given, **quiet(tmp_path))
     plugin = trainer.precision_plugin
     assert isinstance(plugin, XLAPrecision) and plugin.precision == mode
@@ -43,8 +44,11 @@ def test_trainer_maps_the_users_precision_to_the_xla_one(tmp_path: Path, given: 
 
 @pytest.mark.parametrize("given", ["16-mixed", "64-true", "16"])
 def test_precisions_xla_cannot_train_in_are_refused_with_the_choices(tmp_path: Path, given: str) -> None:
-    with pytest.raises(MisconfigurationError, match=r"is not supported on XLA devices \(accelerator='tpu'\)\. Choose "
-                                                    r"one of '32-true', 'bf16-true', '16-true', 'bf16-mixed'\. Hint: "):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"is not supported on XLA devices \(accelerator='tpu'\)\. Choose "
+        r"one of '32-true', 'bf16-true', '16-true', 'bf16-mixed'\. Hint: ",
+    ):
         torchplug.Trainer(accelerator="tpu", precision=given, **quiet(tmp_path))
 
 
@@ -96,7 +100,10 @@ def test_bf16_mixed_keeps_float32_weights_and_autocasts_through_torch_xla(fake_s
 
 
 def test_unknown_modes_are_refused() -> None:
-    with pytest.raises(MisconfigurationError, match=r"precision='fp8' is not supported by XLAPrecision; choose "
-                                                    r"'32-true', 'bf16-true', '16-true', 'bf16-mixed'\."):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"precision='fp8' is not supported by XLAPrecision; choose "
+        r"'32-true', 'bf16-true', '16-true', 'bf16-mixed'\.",
+    ):
         XLAPrecision("fp8")
     assert repr(XLAPrecision("xla-bf16-mixed")) == "XLAPrecision(precision='bf16-mixed')"

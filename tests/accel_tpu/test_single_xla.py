@@ -48,9 +48,9 @@ def test_the_sampler_epoch_reaches_the_wrapped_loader(tmp_path: Path) -> None:
     assert epochs == [0, 1, 2]
 
 
-def test_devices_index_selects_that_xla_device(tmp_path: Path, fake_xla: ModuleType,
-                                               fake_chips: Callable[[int], None],
-                                               monkeypatch: pytest.MonkeyPatch) -> None:
+def test_devices_index_selects_that_xla_device(
+    tmp_path: Path, fake_xla: ModuleType, fake_chips: Callable[[int], None], monkeypatch: pytest.MonkeyPatch
+) -> None:
     fake_chips(4)
     asked: list[int | None] = []
     real_device = fake_xla.device
@@ -108,8 +108,7 @@ def test_validate_test_and_predict_run_on_the_device(tmp_path: Path) -> None:
 def test_a_core_precision_instance_works_too(tmp_path: Path) -> None:
     from torchplug.precision import HalfPrecision
 
-    trainer = torchplug.Trainer(accelerator="tpu", plugins=[HalfPrecision("bf16-true")],
-                                **quiet(tmp_path, max_steps=2))
+    trainer = torchplug.Trainer(accelerator="tpu", plugins=[HalfPrecision("bf16-true")], **quiet(tmp_path, max_steps=2))
     model = Regressor()
     trainer.fit(model, loader())
     assert model.layer.weight.dtype == torch.bfloat16

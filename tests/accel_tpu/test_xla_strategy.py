@@ -37,8 +37,14 @@ def train(out: Path, *args: str) -> dict[str, Any]:
     Fails if the script outlives its time limit or leaves a process of its session behind.
     """
     env = subprocess_env(fake=True, FAKE_XLA_CHIPS="2")
-    proc = subprocess.Popen([sys.executable, str(SCRIPT), str(out), "--epochs", str(EPOCHS), *args], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, str(SCRIPT), str(out), "--epochs", str(EPOCHS), *args],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        start_new_session=True,
+    )
     try:
         output, _ = proc.communicate(timeout=300)
     finally:
@@ -102,7 +108,8 @@ def ranks(out: Path) -> list[dict[str, Any]]:
 
 @pytest.mark.slow
 def test_auto_starts_one_process_per_device_without_starting_the_runtime_here(
-        forked: tuple[Path, dict[str, Any]]) -> None:
+    forked: tuple[Path, dict[str, Any]],
+) -> None:
     out, parent = forked
     assert parent["strategy"] == "XLAStrategy"
     assert "strategy             xla  (strategy='auto'" in parent["describe"]
@@ -114,7 +121,8 @@ def test_auto_starts_one_process_per_device_without_starting_the_runtime_here(
 
 @pytest.mark.slow
 def test_each_process_trains_on_its_shard_and_all_end_with_the_reference_weights(
-        forked: tuple[Path, dict[str, Any]]) -> None:
+    forked: tuple[Path, dict[str, Any]],
+) -> None:
     out, parent = forked
     first, second = ranks(out)
     assert first["indices"] == list(range(0, 64, 2)) * EPOCHS and second["indices"] == list(range(1, 64, 2)) * EPOCHS
@@ -172,8 +180,7 @@ def two_chips(fake_xla: ModuleType, fake_chips: Callable[[int], None]) -> None:
 
 
 @pytest.mark.usefixtures("two_chips")
-def test_before_the_launch_it_is_rank_zero_and_asks_the_runtime_nothing(tmp_path: Path,
-                                                                        fake_state: ModuleType) -> None:
+def test_before_the_launch_it_is_rank_zero_and_asks_the_runtime_nothing(tmp_path: Path, fake_state: ModuleType) -> None:
     trainer = torchplug.Trainer(accelerator="tpu", devices=2, **quiet(tmp_path))
     strategy = trainer.strategy
     assert isinstance(strategy, XLAStrategy) and isinstance(strategy.cluster_environment, XLAEnvironment)
@@ -199,8 +206,11 @@ def test_reduce_op_must_be_known(tmp_path: Path) -> None:
 @pytest.mark.usefixtures("two_chips")
 def test_a_device_count_other_than_one_or_all_is_refused(tmp_path: Path) -> None:
     three = [torch.device("xla", i) for i in range(3)]
-    with pytest.raises(MisconfigurationError, match=r"starts one process on every XLA device of this host \(2\), "
-                                                    r"but 3 devices were asked for\. Hint: use devices=2"):
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"starts one process on every XLA device of this host \(2\), "
+        r"but 3 devices were asked for\. Hint: use devices=2",
+    ):
         torchplug.Trainer(accelerator="tpu", strategy=XLAStrategy(parallel_devices=three), **quiet(tmp_path))
 
 
@@ -225,8 +235,9 @@ def test_start_method_is_checked(fake_xla: ModuleType) -> None:
     assert XLALauncher(XLAStrategy(), "spawn").is_interactive_compatible is False
 
 
-def test_gradient_sync_is_skipped_while_accumulating(fake_xla: ModuleType, fake_state: ModuleType,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_gradient_sync_is_skipped_while_accumulating(
+    fake_xla: ModuleType, fake_state: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_XLA_WORLD_SIZE", "2")  # pretend to be one of two processes (no peer: record only)
     import torch_xla.core.xla_model as xm
 

@@ -13,8 +13,13 @@ import pytest
 
 MakeDist = Callable[..., str]
 
-BUILTINS = {("accelerator", "cpu"), ("strategy", "single_device"), ("precision", "32-true"),
-            ("checkpoint_io", "torch"), ("cluster_environment", "local")}
+BUILTINS = {
+    ("accelerator", "cpu"),
+    ("strategy", "single_device"),
+    ("precision", "32-true"),
+    ("checkpoint_io", "torch"),
+    ("cluster_environment", "local"),
+}
 
 
 def run_core(*args: str, site: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
@@ -23,8 +28,14 @@ def run_core(*args: str, site: Path | None = None, **env: str) -> subprocess.Com
     if site is not None:
         full_env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(site), full_env.get("PYTHONPATH", "")]))
     full_env.update(env)
-    return subprocess.run([sys.executable, "-m", "torchplug", *args], capture_output=True, text=True,
-                          env=full_env, timeout=120, check=False)
+    return subprocess.run(
+        [sys.executable, "-m", "torchplug", *args],
+        capture_output=True,
+        text=True,
+        env=full_env,
+        timeout=120,
+        check=False,
+    )
 
 
 def test_list_shows_the_builtins_registered_through_the_hooks() -> None:
@@ -47,8 +58,17 @@ def test_json_follows_the_documented_schema() -> None:
     builtin = next(p for p in data["plugins"] if p["builtin"])
     assert builtin["state"] == "ok" and builtin["distribution"] == "core"
     entry = next(e for e in data["entries"] if e["name"] == "cpu")
-    assert set(entry) == {"kind", "name", "aliases", "target", "description", "init_params", "provider", "status",
-                          "reason"}
+    assert set(entry) == {
+        "kind",
+        "name",
+        "aliases",
+        "target",
+        "description",
+        "init_params",
+        "provider",
+        "status",
+        "reason",
+    }
     assert entry["provider"] == {"plugin": "builtin", "distribution": "core", "version": "0.1.0", "builtin": True}
     assert {(e["kind"], e["name"]) for e in data["entries"]} >= BUILTINS
 
@@ -107,11 +127,14 @@ def test_show_unknown_name_exits_2_on_stderr() -> None:
 
 @pytest.mark.parametrize("command", [["plugins", "list"], ["plugins", "list", "--json"], ["plugins", "show", "local"]])
 def test_listing_never_imports_torch(command: list[str]) -> None:
-    code = ("import runpy, sys; sys.argv = ['core', *sys.argv[1:]]\n"
-            "try:\n    runpy.run_module('torchplug', run_name='__main__')\nexcept SystemExit:\n    pass\n"
-            "print('TORCH-IMPORTED' if 'torch' in sys.modules else 'TORCH-FREE', file=sys.stderr)")
-    result = subprocess.run([sys.executable, "-c", code, *command], capture_output=True, text=True, timeout=60,
-                            check=False)
+    code = (
+        "import runpy, sys; sys.argv = ['core', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('torchplug', run_name='__main__')\nexcept SystemExit:\n    pass\n"
+        "print('TORCH-IMPORTED' if 'torch' in sys.modules else 'TORCH-FREE', file=sys.stderr)"
+    )
+    result = subprocess.run(
+        [sys.executable, "-c", code, *command], capture_output=True, text=True, timeout=60, check=False
+    )
     assert "TORCH-FREE" in result.stderr, result.stderr
 
 

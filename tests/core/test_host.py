@@ -33,18 +33,23 @@ def test_builtins_register_through_the_hooks(new_host: NewHost) -> None:
     assert entry.provider.distribution == "core"
 
 
-def test_good_plugin_registers_with_its_distribution(make_dist: MakeDist, new_host: NewHost,
-                                                     plugin_source: Callable[..., str]) -> None:
+def test_good_plugin_registers_with_its_distribution(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
     make_dist("vendor-good", "1.2.3", plugins={"good": plugin_source("goodaccel")})
     host = new_host()
     assert _record(host, "good").state == "ok"
     entry = host.registry("accelerator").resolve("goodaccel")
-    assert (entry.provider.distribution, entry.provider.version, entry.provider.plugin) == ("vendor-good", "1.2.3",
-                                                                                           "good")
+    assert (entry.provider.distribution, entry.provider.version, entry.provider.plugin) == (
+        "vendor-good",
+        "1.2.3",
+        "good",
+    )
 
 
-def test_broken_import_is_recorded_and_the_others_still_load(make_dist: MakeDist, new_host: NewHost,
-                                                             plugin_source: Callable[..., str]) -> None:
+def test_broken_import_is_recorded_and_the_others_still_load(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
     make_dist("vendor-a-broken", plugins={"broken": "import tp_no_such_vendor_lib\n"})
     make_dist("vendor-b-good", plugins={"good": plugin_source("goodaccel")})
     host = new_host()
@@ -60,11 +65,16 @@ def test_broken_import_is_recorded_and_the_others_still_load(make_dist: MakeDist
 
 
 def test_hook_that_raises_marks_the_plugin_broken_and_its_names_raise(make_dist: MakeDist, new_host: NewHost) -> None:
-    make_dist("vendor-hook", plugins={"hook": """
+    make_dist(
+        "vendor-hook",
+        plugins={
+            "hook": """
         def torchplug_register_accelerators(registry):
             registry.register("halfway", "torchplug.accelerators.cpu:CPUAccelerator")
             raise RuntimeError("vendor runtime exploded")
-    """})
+    """
+        },
+    )
     host = new_host()
     assert _record(host, "hook").reason == "RuntimeError: vendor runtime exploded"
     with pytest.raises(BrokenPluginError) as info:
@@ -74,10 +84,15 @@ def test_hook_that_raises_marks_the_plugin_broken_and_its_names_raise(make_dist:
 
 
 def test_misspelt_hook_is_reported_with_a_suggestion(make_dist: MakeDist, new_host: NewHost) -> None:
-    make_dist("vendor-typo", plugins={"typo": """
+    make_dist(
+        "vendor-typo",
+        plugins={
+            "typo": """
         def torchplug_register_accelerator(registry):
             registry.register("typo", "torchplug.accelerators.cpu:CPUAccelerator")
-    """})
+    """
+        },
+    )
     record = _record(new_host(), "typo")
     assert record.state == "broken"
     assert "unknown hook 'torchplug_register_accelerator'" in record.reason
@@ -85,10 +100,15 @@ def test_misspelt_hook_is_reported_with_a_suggestion(make_dist: MakeDist, new_ho
 
 
 def test_hook_with_an_argument_the_spec_lacks_is_broken(make_dist: MakeDist, new_host: NewHost) -> None:
-    make_dist("vendor-args", plugins={"args": """
+    make_dist(
+        "vendor-args",
+        plugins={
+            "args": """
         def torchplug_register_accelerators(registry, device_map):
             pass
-    """})
+    """
+        },
+    )
     record = _record(new_host(), "args")
     assert record.state == "broken"
     assert "device_map" in record.reason
@@ -96,8 +116,9 @@ def test_hook_with_an_argument_the_spec_lacks_is_broken(make_dist: MakeDist, new
 
 def test_incompatible_core_requirement_is_not_imported(make_dist: MakeDist, new_host: NewHost, tmp_path: Path) -> None:
     marker = tmp_path / "imported"
-    prefix = make_dist("vendor-old", "0.9", requires=("core<0.1",),
-                       plugins={"old": f"open({str(marker)!r}, 'w').close()\n"})
+    prefix = make_dist(
+        "vendor-old", "0.9", requires=("core<0.1",), plugins={"old": f"open({str(marker)!r}, 'w').close()\n"}
+    )
     record = _record(new_host(), "old")
     assert record.state == "incompatible"
     assert "vendor-old 0.9 requires core<0.1, but core 0.1.0 is installed" in record.reason
@@ -105,15 +126,20 @@ def test_incompatible_core_requirement_is_not_imported(make_dist: MakeDist, new_
     assert f"{prefix}_old" not in sys.modules
 
 
-def test_requirement_behind_an_extra_is_ignored(make_dist: MakeDist, new_host: NewHost,
-                                                plugin_source: Callable[..., str]) -> None:
+def test_requirement_behind_an_extra_is_ignored(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
     make_dist("vendor-extra", requires=('core<0.1; extra == "legacy"',), plugins={"extra": plugin_source("extraaccel")})
     assert _record(new_host(), "extra").state == "ok"
 
 
-def test_shadowed_copy_of_a_distribution_is_reported(make_dist: MakeDist, new_host: NewHost, tmp_path: Path,
-                                                     plugin_source: Callable[..., str],
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+def test_shadowed_copy_of_a_distribution_is_reported(
+    make_dist: MakeDist,
+    new_host: NewHost,
+    tmp_path: Path,
+    plugin_source: Callable[..., str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     later = tmp_path / "later-site"
     later.mkdir()
     monkeypatch.setattr(sys, "path", [*sys.path, str(later)])
@@ -127,8 +153,9 @@ def test_shadowed_copy_of_a_distribution_is_reported(make_dist: MakeDist, new_ho
     assert host.registry("accelerator").resolve("dupaccel").description == "first copy"
 
 
-def test_plugins_load_in_sorted_order_whatever_the_file_system_says(make_dist: MakeDist, new_host: NewHost,
-                                                                    plugin_source: Callable[..., str]) -> None:
+def test_plugins_load_in_sorted_order_whatever_the_file_system_says(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
     for dist in ("vendor-zz", "vendor-aa", "vendor-mm"):
         make_dist(dist, plugins={"p": plugin_source(dist.replace("-", ""))})
     host = new_host()
@@ -136,8 +163,9 @@ def test_plugins_load_in_sorted_order_whatever_the_file_system_says(make_dist: M
     assert [r.distribution for r in host.records if r.name == "p"] == ["vendor-aa", "vendor-mm", "vendor-zz"]
 
 
-def test_autoload_off_loads_only_builtins_and_named_plugins(make_dist: MakeDist, new_host: NewHost,
-                                                           plugin_source: Callable[..., str]) -> None:
+def test_autoload_off_loads_only_builtins_and_named_plugins(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
     make_dist("vendor-one", plugins={"one": plugin_source("oneaccel")})
     make_dist("vendor-two", plugins={"two": plugin_source("twoaccel")})
     host = new_host(autoload=False, requested=("vendor-two",))
@@ -148,8 +176,9 @@ def test_autoload_off_loads_only_builtins_and_named_plugins(make_dist: MakeDist,
     assert _record(by_entry_point, "one").state == "ok"
 
 
-def test_blocked_plugins_are_not_imported(make_dist: MakeDist, new_host: NewHost,
-                                          plugin_source: Callable[..., str]) -> None:
+def test_blocked_plugins_are_not_imported(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
     prefix = make_dist("vendor-blocked", plugins={"blk": plugin_source("blkaccel")})
     host = new_host(blocked=("Vendor_Blocked",), requested=("vendor-blocked",))
     record = _record(host, "blk")
@@ -157,8 +186,9 @@ def test_blocked_plugins_are_not_imported(make_dist: MakeDist, new_host: NewHost
     assert f"{prefix}_blk" not in sys.modules
 
 
-def test_named_module_outside_any_distribution_loads(site_dir: Path, new_host: NewHost,
-                                                     plugin_source: Callable[..., str]) -> None:
+def test_named_module_outside_any_distribution_loads(
+    site_dir: Path, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
     (site_dir / "tp_test_local_plugin.py").write_text(plugin_source("localaccel").replace("\n    ", "\n"))
     host = new_host(requested=("tp_test_local_plugin",))
     assert _record(host, "tp_test_local_plugin").state == "ok"
@@ -172,14 +202,20 @@ def test_named_plugin_that_does_not_exist_is_broken_with_a_clear_reason(new_host
 
 
 def test_lightning_style_classmethod_registration(make_dist: MakeDist, new_host: NewHost) -> None:
-    make_dist("vendor-cls", entry_points={"cls": "PREFIX_accel:XAccelerator"}, modules={"PREFIX_accel": """
+    make_dist(
+        "vendor-cls",
+        entry_points={"cls": "PREFIX_accel:XAccelerator"},
+        modules={
+            "PREFIX_accel": """
         from torchplug.accelerators.cpu import CPUAccelerator
 
         class XAccelerator(CPUAccelerator):
             @classmethod
             def register_accelerators(cls, registry):
                 registry.register("xcls", cls, description="registered by its classmethod")
-    """})
+    """
+        },
+    )
     host = new_host()
     assert _record(host, "cls").state == "ok"
     entry = host.registry("accelerator").resolve("xcls")
@@ -214,12 +250,18 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TORCHPLUG_STRICT_PLUGINS", "yes")
     monkeypatch.setenv("TORCHPLUG_PREFER", "xpu=vendor-a, gpu = accel-cuda")
     settings = PluginSettings.from_env()
-    assert settings == PluginSettings(autoload=False, requested=("a", "b"), blocked=("c",), strict=True,
-                                      prefer={"xpu": "vendor-a", "gpu": "accel-cuda"})
+    assert settings == PluginSettings(
+        autoload=False,
+        requested=("a", "b"),
+        blocked=("c",),
+        strict=True,
+        prefer={"xpu": "vendor-a", "gpu": "accel-cuda"},
+    )
 
 
-def test_discovery_runs_once_and_refresh_rescans(make_dist: MakeDist, new_host: NewHost,
-                                                 plugin_source: Callable[..., str]) -> None:
+def test_discovery_runs_once_and_refresh_rescans(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
     host = new_host()
     registry = host.registry("accelerator")
     assert "lateaccel" not in registry

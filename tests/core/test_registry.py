@@ -92,8 +92,9 @@ def test_decorator_form_registers_the_class(registry: Registry) -> None:
 
 def test_aliases_and_init_params(host: _Host) -> None:
     strategies = Registry("strategy", host)
-    strategies.register("one", "torchplug.strategies.single_device:SingleDeviceStrategy", aliases=("uno",),
-                        device="cpu")
+    strategies.register(
+        "one", "torchplug.strategies.single_device:SingleDeviceStrategy", aliases=("uno",), device="cpu"
+    )
     strategy = strategies.get("UNO")
     assert strategy.root_device.type == "cpu"
     assert strategies.resolve("uno").name == "one"
@@ -118,8 +119,10 @@ def test_unknown_name_suggests_close_names_and_lists_installed(registry: Registr
     assert "Installed: cpu, cpux." in message
 
 
-@pytest.mark.parametrize(("name", "package"), [("cuda", "accel-cuda"), ("gpu", "accel-cuda"), ("tpu", "accel-tpu"),
-                                                ("ipu", "accel-ipu"), ("hpu", "accel-hpu")])
+@pytest.mark.parametrize(
+    ("name", "package"),
+    [("cuda", "accel-cuda"), ("gpu", "accel-cuda"), ("tpu", "accel-tpu"), ("ipu", "accel-ipu"), ("hpu", "accel-hpu")],
+)
 def test_unknown_first_party_name_says_what_to_install(registry: Registry, name: str, package: str) -> None:
     with pytest.raises(UnknownPluginError, match=f"Hint: pip install {package}"):
         registry.get(name)

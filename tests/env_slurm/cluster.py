@@ -36,8 +36,15 @@ __all__ = ["REQUIRED_BINARIES", "Cluster", "ClusterError", "missing_requirements
 
 #: The programs the cluster needs, with the Debian package that provides each.
 REQUIRED_BINARIES: Final = {
-    "munged": "munge", "munge": "munge", "slurmctld": "slurmctld", "slurmd": "slurmd", "srun": "slurm-client",
-    "sbatch": "slurm-client", "scancel": "slurm-client", "scontrol": "slurm-client", "sinfo": "slurm-client",
+    "munged": "munge",
+    "munge": "munge",
+    "slurmctld": "slurmctld",
+    "slurmd": "slurmd",
+    "srun": "slurm-client",
+    "sbatch": "slurm-client",
+    "scancel": "slurm-client",
+    "scontrol": "slurm-client",
+    "sinfo": "slurm-client",
     "squeue": "slurm-client",
 }
 CTLD_PORT: Final = 6817
@@ -103,8 +110,10 @@ def missing_requirements() -> str | None:
     missing = sorted(name for name in REQUIRED_BINARIES if which(name) is None)
     if missing:
         packages = " ".join(sorted({REQUIRED_BINARIES[name] for name in missing}))
-        return (f"SLURM is not installed (missing: {', '.join(missing)}). Hint: apt-get install -y "
-                f"--no-install-recommends {packages}")
+        return (
+            f"SLURM is not installed (missing: {', '.join(missing)}). Hint: apt-get install -y "
+            f"--no-install-recommends {packages}"
+        )
     if os.geteuid() != 0:
         return "a loopback SLURM cluster needs root (slurmd runs jobs as their user); run the tests as root"
     host = short_hostname()
@@ -153,15 +162,17 @@ class Cluster:
         env = {k: v for k, v in os.environ.items() if not k.startswith("SLURM_")}
         return {**env, "SLURM_CONF": str(self.conf)}
 
-    def run(self, argv: list[str], timeout: float = 60, check: bool = True,
-            **kwargs: Any) -> subprocess.CompletedProcess[str]:
+    def run(
+        self, argv: list[str], timeout: float = 60, check: bool = True, **kwargs: Any
+    ) -> subprocess.CompletedProcess[str]:
         """Run a client command (``srun``, ``sbatch``...) against this cluster and capture its output."""
         env = {**self.env, **kwargs.pop("env", {})}
-        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False,
-                                **kwargs)
+        result = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=timeout, check=False, **kwargs)
         if check and result.returncode != 0:
-            raise ClusterError(f"{' '.join(argv)} exited with {result.returncode}\nstdout:\n{result.stdout}\n"
-                               f"stderr:\n{result.stderr}\n{self.logs()}")
+            raise ClusterError(
+                f"{' '.join(argv)} exited with {result.returncode}\nstdout:\n{result.stdout}\n"
+                f"stderr:\n{result.stderr}\n{self.logs()}"
+            )
         return result
 
     def job_state(self, job_id: str) -> dict[str, str]:
@@ -304,14 +315,21 @@ def _prepare(cluster: Cluster, cpus: int) -> None:
     key.chmod(0o600)
     host = short_hostname()
     ctld_port, slurmd_port = cluster.ports
-    (base / "slurm.conf").write_text(_CONFIG.format(host=host, base=base, cpus=cpus, ctld_port=ctld_port,
-                                                    slurmd_port=slurmd_port))
+    (base / "slurm.conf").write_text(
+        _CONFIG.format(host=host, base=base, cpus=cpus, ctld_port=ctld_port, slurmd_port=slurmd_port)
+    )
 
 
 def _spawn(cluster: Cluster, name: str, argv: list[str]) -> None:
     log = open(cluster.base / "log" / f"{name}.stdout", "wb")  # noqa: SIM115 - the daemon owns it
-    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                            start_new_session=True, env={**os.environ, "SLURM_CONF": str(cluster.conf)})
+    proc = subprocess.Popen(
+        argv,
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+        env={**os.environ, "SLURM_CONF": str(cluster.conf)},
+    )
     log.close()
     cluster._procs[name] = proc
     cluster.pids[name] = proc.pid
@@ -320,10 +338,19 @@ def _spawn(cluster: Cluster, name: str, argv: list[str]) -> None:
 
 def _start_daemons(cluster: Cluster) -> None:
     munge_dir = cluster.base / "munge"
-    _spawn(cluster, "munged", [
-        str(which("munged")), "--foreground", f"--key-file={munge_dir / 'munge.key'}",
-        f"--socket={munge_dir / 'munge.socket'}", f"--pid-file={munge_dir / 'munged.pid'}",
-        f"--log-file={cluster.base / 'log' / 'munged.log'}", f"--seed-file={munge_dir / 'munged.seed'}"])
+    _spawn(
+        cluster,
+        "munged",
+        [
+            str(which("munged")),
+            "--foreground",
+            f"--key-file={munge_dir / 'munge.key'}",
+            f"--socket={munge_dir / 'munge.socket'}",
+            f"--pid-file={munge_dir / 'munged.pid'}",
+            f"--log-file={cluster.base / 'log' / 'munged.log'}",
+            f"--seed-file={munge_dir / 'munged.seed'}",
+        ],
+    )
     _wait_for(lambda: (munge_dir / "munge.socket").exists(), 10, "munged to create its socket", cluster)
     conf = str(cluster.conf)
     _spawn(cluster, "slurmctld", [str(which("slurmctld")), "-D", "-f", conf])
@@ -381,8 +408,10 @@ def _main(argv: list[str] | None = None) -> int:
     if args.action == "start":
         started = time.monotonic()
         cluster = start(args.directory)
-        print(f"# cluster up in {time.monotonic() - started:.1f} s: pids {cluster.pids}, ports {cluster.ports}",
-              file=sys.stderr)
+        print(
+            f"# cluster up in {time.monotonic() - started:.1f} s: pids {cluster.pids}, ports {cluster.ports}",
+            file=sys.stderr,
+        )
         print(f"export SLURM_CONF={cluster.conf}")
         return 0
     problems = Cluster.load(args.directory).stop()

@@ -20,8 +20,18 @@ import pytest
 from tests.env_slurm import cluster as slurm_cluster
 
 _PREFIXES = ("SLURM_", "SLURMD_", "TORCHPLUG_SLURM_", "TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "LSB_", "JSM_")
-_NAMES = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE",
-          "NODE_RANK", "TORCHPLUG_CLUSTER_ENVIRONMENT", "TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS")
+_NAMES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "TORCHPLUG_CLUSTER_ENVIRONMENT",
+    "TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS",
+)
 REQUIRE_VAR = "TORCHPLUG_REQUIRE_SLURM"
 
 _running: list[slurm_cluster.Cluster] = []
@@ -45,12 +55,14 @@ def fake_scontrol(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     bin_dir.mkdir()
     record = tmp_path / "scontrol-calls.txt"
     script = bin_dir / "scontrol"
-    script.write_text(textwrap.dedent(f"""\
+    script.write_text(
+        textwrap.dedent(f"""\
         #!/bin/sh
         (IFS="$(printf '\\t')"; printf '%s\\n' "$*") >> {record}
         if [ -n "$FAKE_OUTPUT" ]; then echo "$FAKE_OUTPUT" >&2; fi
         exit "${{FAKE_EXIT:-0}}"
-        """))
+        """)
+    )
     script.chmod(script.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
     monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ.get('PATH', '')}")
     return record

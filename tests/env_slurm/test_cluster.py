@@ -83,8 +83,9 @@ def wait_until_done(slurm: Cluster, job: str, out: Path, timeout: float) -> dict
 def reference(slurm: Cluster, tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An uninterrupted ``srun -n2 python train.py`` run."""
     out = tmp_path_factory.mktemp("reference")
-    result = slurm.run(["srun", "-n2", *TRAIN, "--out", str(out), "--max-epochs", str(EPOCHS)], timeout=300,
-                       check=False)
+    result = slurm.run(
+        ["srun", "-n2", *TRAIN, "--out", str(out), "--max-epochs", str(EPOCHS)], timeout=300, check=False
+    )
     assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
     return out
 
@@ -101,13 +102,22 @@ def test_srun_trains_ddp_over_two_ranks(reference: Path) -> None:
     assert same(weights(reference, 0), weights(reference, 1))
 
 
-def test_sbatch_job_is_preempted_requeues_itself_and_resumes_exactly(slurm: Cluster, reference: Path,
-                                                                     tmp_path: Path) -> None:
+def test_sbatch_job_is_preempted_requeues_itself_and_resumes_exactly(
+    slurm: Cluster, reference: Path, tmp_path: Path
+) -> None:
     train = " ".join([*TRAIN, "--out", str(tmp_path), "--sleep", "0.1", "--max-epochs", str(EPOCHS)])
-    job = sbatch(slurm, tmp_path, ['echo "run ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID"', f"srun {train}"],
-                 "--job-name=requeue --ntasks=2 --requeue --open-mode=append")
-    wait_for(lambda: (tmp_path / "started.0.json").exists(), 120, "the first run to start training",
-             lambda: f"{slurm.job_state(job)}\n{outputs(tmp_path)}")
+    job = sbatch(
+        slurm,
+        tmp_path,
+        ['echo "run ${SLURM_RESTART_COUNT:-0} of job $SLURM_JOB_ID"', f"srun {train}"],
+        "--job-name=requeue --ntasks=2 --requeue --open-mode=append",
+    )
+    wait_for(
+        lambda: (tmp_path / "started.0.json").exists(),
+        120,
+        "the first run to start training",
+        lambda: f"{slurm.job_state(job)}\n{outputs(tmp_path)}",
+    )
     slurm.run(["scancel", "--signal=USR1", job])
     state = wait_until_done(slurm, job, tmp_path, timeout=240)
     log = outputs(tmp_path)
@@ -130,8 +140,9 @@ def test_scancel_writes_the_checkpoint_before_the_tasks_end(slurm: Cluster, tmp_
     with (tmp_path / "srun.out").open("w") as log:
         srun = subprocess.Popen(command, env=slurm.env, stdout=log, stderr=subprocess.STDOUT)
         try:
-            wait_for(lambda: (tmp_path / "started.0.json").exists(), 120, "training to start",
-                     lambda: outputs(tmp_path))
+            wait_for(
+                lambda: (tmp_path / "started.0.json").exists(), 120, "training to start", lambda: outputs(tmp_path)
+            )
             job = slurm.run(["squeue", "-h", "-n", "sigterm", "-o", "%i"]).stdout.strip()
             slurm.run(["scancel", job])
             code = srun.wait(timeout=60)
@@ -146,8 +157,10 @@ def test_scancel_writes_the_checkpoint_before_the_tasks_end(slurm: Cluster, tmp_
 
 def probe(slurm: Cluster, command: list[str], env: dict[str, str] | None = None) -> list[dict[str, Any]]:
     result = slurm.run(command, timeout=120, env=env or {})
-    return sorted((json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
-                  key=lambda r: r.get("rank", -1))
+    return sorted(
+        (json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")),
+        key=lambda r: r.get("rank", -1),
+    )
 
 
 def test_srun_tasks_are_detected(slurm: Cluster) -> None:
@@ -161,10 +174,18 @@ def test_srun_tasks_are_detected(slurm: Cluster) -> None:
 @pytest.mark.parametrize(
     ("command", "env", "why"),
     [
-        pytest.param(["srun", "-n1", "--job-name=interactive", *PROBE], {}, "SLURM_JOB_NAME=interactive",
-                     id="srun-job-name-interactive"),
-        pytest.param(["srun", "-n2", *PROBE], {"TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS": "slurm"},
-                     "slurm: skipped (TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS)", id="skip-switch"),
+        pytest.param(
+            ["srun", "-n1", "--job-name=interactive", *PROBE],
+            {},
+            "SLURM_JOB_NAME=interactive",
+            id="srun-job-name-interactive",
+        ),
+        pytest.param(
+            ["srun", "-n2", *PROBE],
+            {"TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS": "slurm"},
+            "slurm: skipped (TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS)",
+            id="skip-switch",
+        ),
         pytest.param(["salloc", "-n2", *PROBE], {}, "SLURM_STEP_ID not set", id="salloc-shell"),
     ],
 )
@@ -204,8 +225,11 @@ def test_concurrent_steps_of_one_job_get_different_ports(slurm: Cluster, tmp_pat
     assert max(h["bound_at"] for h in holders) < min(h["released_at"] for h in holders), "the steps did not overlap"
 
 
-@pytest.mark.parametrize("hostlist", [case[0] for name, case in CASES.items() if name != "suffix-after-bracket"],
-                         ids=[name for name in CASES if name != "suffix-after-bracket"])
+@pytest.mark.parametrize(
+    "hostlist",
+    [case[0] for name, case in CASES.items() if name != "suffix-after-bracket"],
+    ids=[name for name in CASES if name != "suffix-after-bracket"],
+)
 def test_hostlist_matches_scontrol(slurm: Cluster, hostlist: str) -> None:
     result = slurm.run(["scontrol", "show", "hostnames", hostlist])
     assert expand_hostlist(hostlist) == result.stdout.split()

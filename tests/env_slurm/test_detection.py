@@ -17,23 +17,62 @@ from torchplug.environments.detection import select_cluster_environment
 from torchplug_slurm import SLURMEnvironment
 
 #: A task of ``srun -n2 python train.py`` (task 1).
-SRUN_TASK = {"SLURM_JOB_ID": "12", "SLURM_JOB_NAME": "train.sh", "SLURM_STEP_ID": "0", "SLURM_STEPID": "0",
-             "SLURM_PROCID": "1", "SLURM_LOCALID": "1", "SLURM_NODEID": "0", "SLURM_NTASKS": "2",
-             "SLURM_STEP_NODELIST": "vm", "SLURM_JOB_NODELIST": "vm", "SLURM_STEP_TASKS_PER_NODE": "2",
-             "SLURM_TASKS_PER_NODE": "2", "SLURM_STEP_NUM_NODES": "1", "SLURM_JOB_NUM_NODES": "1",
-             "SLURM_TASK_PID": "999999"}
+SRUN_TASK = {
+    "SLURM_JOB_ID": "12",
+    "SLURM_JOB_NAME": "train.sh",
+    "SLURM_STEP_ID": "0",
+    "SLURM_STEPID": "0",
+    "SLURM_PROCID": "1",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "0",
+    "SLURM_NTASKS": "2",
+    "SLURM_STEP_NODELIST": "vm",
+    "SLURM_JOB_NODELIST": "vm",
+    "SLURM_STEP_TASKS_PER_NODE": "2",
+    "SLURM_TASKS_PER_NODE": "2",
+    "SLURM_STEP_NUM_NODES": "1",
+    "SLURM_JOB_NUM_NODES": "1",
+    "SLURM_TASK_PID": "999999",
+}
 #: The shell of ``salloc -n2`` (job name "interactive" by default; no step, no rank).
-SALLOC_SHELL = {"SLURM_JOB_ID": "4", "SLURM_JOB_NAME": "interactive", "SLURM_NTASKS": "2",
-                "SLURM_TASKS_PER_NODE": "2", "SLURM_JOB_NUM_NODES": "1", "SLURM_NNODES": "1"}
+SALLOC_SHELL = {
+    "SLURM_JOB_ID": "4",
+    "SLURM_JOB_NAME": "interactive",
+    "SLURM_NTASKS": "2",
+    "SLURM_TASKS_PER_NODE": "2",
+    "SLURM_JOB_NUM_NODES": "1",
+    "SLURM_NNODES": "1",
+}
 #: The batch script of ``sbatch -n2`` (rank variables, but no step).
-BATCH_SCRIPT = {"SLURM_JOB_ID": "2", "SLURM_JOB_NAME": "wrap", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
-                "SLURM_NODEID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2", "SLURM_TASK_PID": "2357"}
+BATCH_SCRIPT = {
+    "SLURM_JOB_ID": "2",
+    "SLURM_JOB_NAME": "wrap",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_NODEID": "0",
+    "SLURM_NTASKS": "2",
+    "SLURM_TASKS_PER_NODE": "2",
+    "SLURM_TASK_PID": "2357",
+}
 #: salloc's interactive step (LaunchParameters=use_interactive_step).
-INTERACTIVE_STEP = {**SRUN_TASK, "SLURM_STEP_ID": "4294967290", "SLURM_STEPID": "4294967290", "SLURM_NTASKS": "1",
-                    "SLURM_PROCID": "0", "SLURM_PTY_PORT": "39775", "SLURM_JOB_NAME": "interactive"}
+INTERACTIVE_STEP = {
+    **SRUN_TASK,
+    "SLURM_STEP_ID": "4294967290",
+    "SLURM_STEPID": "4294967290",
+    "SLURM_NTASKS": "1",
+    "SLURM_PROCID": "0",
+    "SLURM_PTY_PORT": "39775",
+    "SLURM_JOB_NAME": "interactive",
+}
 #: A Python started from the shell of ``srun --pty bash`` (the task is the shell, not us).
-PTY_SHELL = {**SRUN_TASK, "SLURM_JOB_NAME": "bash", "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
-             "SLURM_PTY_PORT": "32857"}
+PTY_SHELL = {
+    **SRUN_TASK,
+    "SLURM_JOB_NAME": "bash",
+    "SLURM_NTASKS": "1",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_PTY_PORT": "32857",
+}
 
 
 @pytest.mark.parametrize(
@@ -43,25 +82,46 @@ PTY_SHELL = {**SRUN_TASK, "SLURM_JOB_NAME": "bash", "SLURM_NTASKS": "1", "SLURM_
         pytest.param({}, False, "SLURM_JOB_ID not set", id="plain-machine"),
         pytest.param(SALLOC_SHELL, False, "SLURM_STEP_ID not set: a salloc shell or batch script", id="salloc-shell"),
         pytest.param(BATCH_SCRIPT, False, "SLURM_STEP_ID not set", id="batch-script"),
-        pytest.param(INTERACTIVE_STEP, False, "SLURM_STEP_ID=4294967290 is not an srun step",
-                     id="salloc-interactive-step"),
+        pytest.param(
+            INTERACTIVE_STEP, False, "SLURM_STEP_ID=4294967290 is not an srun step", id="salloc-interactive-step"
+        ),
         pytest.param(PTY_SHELL, False, "a shell started with srun --pty", id="srun-pty-bash"),
-        pytest.param({**SRUN_TASK, "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "interactive"}, False,
-                     "SLURM_JOB_NAME=interactive (an interactive job)", id="job-name-interactive"),
-        pytest.param({**SRUN_TASK, "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "bash"}, False, "SLURM_JOB_NAME=bash",
-                     id="job-name-bash"),
-        pytest.param({**SRUN_TASK, "SLURM_JOB_NAME": "interactive"}, True,
-                     "SLURM_JOB_NAME=interactive ignored with several tasks", id="srun-n2-inside-salloc"),
-        pytest.param({k: v for k, v in SRUN_TASK.items() if k != "SLURM_PROCID"}, False, "but not SLURM_PROCID",
-                     id="no-procid"),
-        pytest.param({k: v for k, v in SRUN_TASK.items() if k != "SLURM_NTASKS"}, False, "but not SLURM_NTASKS",
-                     id="no-ntasks"),
-        pytest.param({**SRUN_TASK, "SLURM_NTASKS": "two"}, False, "SLURM_NTASKS='two' is not an integer",
-                     id="bad-ntasks"),
-        pytest.param({**SRUN_TASK, "SLURM_STEP_ID": "x"}, False, "SLURM_STEP_ID=x is not an srun step",
-                     id="bad-step-id"),
-        pytest.param({k: v for k, v in SRUN_TASK.items() if not k.startswith("SLURM_STEP")} | {"SLURM_STEPID": "3"},
-                     True, "SLURM_STEP_ID=3", id="old-stepid-name"),
+        pytest.param(
+            {**SRUN_TASK, "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "interactive"},
+            False,
+            "SLURM_JOB_NAME=interactive (an interactive job)",
+            id="job-name-interactive",
+        ),
+        pytest.param(
+            {**SRUN_TASK, "SLURM_NTASKS": "1", "SLURM_JOB_NAME": "bash"},
+            False,
+            "SLURM_JOB_NAME=bash",
+            id="job-name-bash",
+        ),
+        pytest.param(
+            {**SRUN_TASK, "SLURM_JOB_NAME": "interactive"},
+            True,
+            "SLURM_JOB_NAME=interactive ignored with several tasks",
+            id="srun-n2-inside-salloc",
+        ),
+        pytest.param(
+            {k: v for k, v in SRUN_TASK.items() if k != "SLURM_PROCID"}, False, "but not SLURM_PROCID", id="no-procid"
+        ),
+        pytest.param(
+            {k: v for k, v in SRUN_TASK.items() if k != "SLURM_NTASKS"}, False, "but not SLURM_NTASKS", id="no-ntasks"
+        ),
+        pytest.param(
+            {**SRUN_TASK, "SLURM_NTASKS": "two"}, False, "SLURM_NTASKS='two' is not an integer", id="bad-ntasks"
+        ),
+        pytest.param(
+            {**SRUN_TASK, "SLURM_STEP_ID": "x"}, False, "SLURM_STEP_ID=x is not an srun step", id="bad-step-id"
+        ),
+        pytest.param(
+            {k: v for k, v in SRUN_TASK.items() if not k.startswith("SLURM_STEP")} | {"SLURM_STEPID": "3"},
+            True,
+            "SLURM_STEP_ID=3",
+            id="old-stepid-name",
+        ),
     ],
 )
 def test_detect(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], expected: bool, reason: str) -> None:
@@ -76,8 +136,9 @@ def test_srun_pty_python_itself_is_a_task(monkeypatch: pytest.MonkeyPatch) -> No
     assert SLURMEnvironment.detect() is True
 
 
-def test_detect_writes_nothing_and_warns_nothing(monkeypatch: pytest.MonkeyPatch,
-                                                 recwarn: pytest.WarningsRecorder) -> None:
+def test_detect_writes_nothing_and_warns_nothing(
+    monkeypatch: pytest.MonkeyPatch, recwarn: pytest.WarningsRecorder
+) -> None:
     """Unlike Lightning: no MASTER_ADDR/PORT written, no "srun is available but not used" warning."""
     monkeypatch.setenv("PATH", f"{os.path.dirname(sys.executable)}{os.pathsep}/usr/bin")  # srun may be on PATH
     for env in ({}, SRUN_TASK, SALLOC_SHELL):
@@ -108,8 +169,18 @@ def test_the_core_selects_slurm_for_an_srun_task(monkeypatch: pytest.MonkeyPatch
 
 
 def test_torchrun_inside_slurm_wins(monkeypatch: pytest.MonkeyPatch) -> None:
-    set_env(monkeypatch, {**SRUN_TASK, "TORCHELASTIC_RUN_ID": "x", "WORLD_SIZE": "4", "RANK": "0", "LOCAL_RANK": "0",
-                          "MASTER_ADDR": "vm", "MASTER_PORT": "29500"})
+    set_env(
+        monkeypatch,
+        {
+            **SRUN_TASK,
+            "TORCHELASTIC_RUN_ID": "x",
+            "WORLD_SIZE": "4",
+            "RANK": "0",
+            "LOCAL_RANK": "0",
+            "MASTER_ADDR": "vm",
+            "MASTER_PORT": "29500",
+        },
+    )
     assert _selected()[0] == "torchelastic"
 
 

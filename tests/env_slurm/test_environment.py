@@ -15,10 +15,21 @@ from torchplug_slurm.rendezvous import PORT_BASE, PORT_SPAN, derive_port
 from torchplug_slurm.variables import BATCH_STEP_ID, expand_counts
 
 #: Task 5 of ``sbatch --nodes=2 --ntasks-per-node=4`` + ``srun python train.py``, on the second node.
-TWO_NODES = {"SLURM_JOB_ID": "123456789", "SLURM_STEP_ID": "0", "SLURM_PROCID": "5", "SLURM_LOCALID": "1",
-             "SLURM_NODEID": "1", "SLURM_NTASKS": "8", "SLURM_NTASKS_PER_NODE": "4", "SLURM_STEP_NUM_NODES": "2",
-             "SLURM_JOB_NUM_NODES": "2", "SLURM_STEP_TASKS_PER_NODE": "4(x2)", "SLURM_TASKS_PER_NODE": "4(x2)",
-             "SLURM_STEP_NODELIST": "rack[1-2]-node[01-04],gpu7", "SLURM_JOB_NODELIST": "other[1-9]"}
+TWO_NODES = {
+    "SLURM_JOB_ID": "123456789",
+    "SLURM_STEP_ID": "0",
+    "SLURM_PROCID": "5",
+    "SLURM_LOCALID": "1",
+    "SLURM_NODEID": "1",
+    "SLURM_NTASKS": "8",
+    "SLURM_NTASKS_PER_NODE": "4",
+    "SLURM_STEP_NUM_NODES": "2",
+    "SLURM_JOB_NUM_NODES": "2",
+    "SLURM_STEP_TASKS_PER_NODE": "4(x2)",
+    "SLURM_TASKS_PER_NODE": "4(x2)",
+    "SLURM_STEP_NODELIST": "rack[1-2]-node[01-04],gpu7",
+    "SLURM_JOB_NODELIST": "other[1-9]",
+}
 
 
 def env_with(monkeypatch: pytest.MonkeyPatch, values: dict[str, str]) -> SLURMEnvironment:
@@ -83,11 +94,20 @@ def test_expand_counts_errors(text: str) -> None:
     [
         pytest.param({"SLURM_STEP_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "3"}, 1, id="step-layout-last-node"),
         pytest.param({"SLURM_STEP_TASKS_PER_NODE": "2(x3),1", "SLURM_NODEID": "0"}, 2, id="step-layout-first-node"),
-        pytest.param({"SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_TASKS_PER_NODE": "4", "SLURM_NTASKS_PER_NODE": "4",
-                      "SLURM_NODEID": "0"}, 1, id="step-wins-over-job"),
+        pytest.param(
+            {
+                "SLURM_STEP_TASKS_PER_NODE": "1",
+                "SLURM_TASKS_PER_NODE": "4",
+                "SLURM_NTASKS_PER_NODE": "4",
+                "SLURM_NODEID": "0",
+            },
+            1,
+            id="step-wins-over-job",
+        ),
         pytest.param({"SLURM_TASKS_PER_NODE": "3(x2)", "SLURM_NODEID": "1"}, 3, id="job-layout"),
-        pytest.param({"SLURM_NTASKS_PER_NODE": "4", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2"}, 4,
-                     id="requested-per-node"),
+        pytest.param(
+            {"SLURM_NTASKS_PER_NODE": "4", "SLURM_NODEID": "1", "SLURM_JOB_NUM_NODES": "2"}, 4, id="requested-per-node"
+        ),
         pytest.param({"SLURM_NODEID": "0"}, None, id="unknown"),
     ],
 )
@@ -113,8 +133,11 @@ def test_main_address_is_the_first_node_of_the_step(monkeypatch: pytest.MonkeyPa
     [
         pytest.param({"SLURM_JOB_NODELIST": "node[007-009]"}, "node007", id="job-nodelist"),
         pytest.param({"SLURM_NODELIST": "a,b"}, "a", id="old-nodelist"),
-        pytest.param({"SLURM_STEP_NODELIST": "gpu[3-4]", "SLURM_JOB_NODELIST": "gpu[1-4]"}, "gpu3",
-                     id="concurrent-step-on-other-nodes"),
+        pytest.param(
+            {"SLURM_STEP_NODELIST": "gpu[3-4]", "SLURM_JOB_NODELIST": "gpu[1-4]"},
+            "gpu3",
+            id="concurrent-step-on-other-nodes",
+        ),
         pytest.param({"SLURM_STEP_NODELIST": "gpu[3-4]", "MASTER_ADDR": "10.0.0.1"}, "10.0.0.1", id="master-addr-wins"),
     ],
 )
@@ -188,30 +211,65 @@ def test_validate_accepts_ntasks_without_ntasks_per_node_when_even(monkeypatch: 
 @pytest.mark.parametrize(
     ("values", "devices", "nodes", "message"),
     [
-        pytest.param({**SRUN_TASK, "SLURM_NTASKS_PER_NODE": "2"}, 4, 1,
-                     r"devices=4, but SLURM started 2 task\(s\) on this node \(--ntasks-per-node=2\)\. "
-                     r"Hint: Trainer\(devices=2\) or devices=\"auto\", or start 4 tasks per node: "
-                     r"sbatch --ntasks-per-node=4\.", id="devices"),
-        pytest.param(SRUN_TASK, 1, 1, r"devices=1, but SLURM started 2 task\(s\) on this node \(--ntasks=2 over 1 "
-                                      r"node\(s\)\)", id="devices-with-ntasks"),
-        pytest.param({**SRUN_TASK, "SLURM_NTASKS_PER_NODE": "4"}, 4, 1,
-                     r"devices=4, but SLURM started 2 task\(s\) on this node \(--ntasks=2 over 1 node\(s\)\)",
-                     id="step-smaller-than-the-job"),
-        pytest.param(SRUN_TASK, 2, 2, r"num_nodes=2, but SLURM runs this step on 1 node\(s\) \(--nodes=1\)\. "
-                                      r"Hint: Trainer\(num_nodes=1\), or sbatch --nodes=2\.", id="nodes"),
-        pytest.param({**TWO_NODES, "SLURM_NTASKS": "7", "SLURM_STEP_TASKS_PER_NODE": "4,3",
-                      "SLURM_NTASKS_PER_NODE": ""}, 4, 2,
-                     r"SLURM placed the 7 tasks of this step unevenly over 2 nodes \(SLURM_STEP_TASKS_PER_NODE=4,3: "
-                     r"4, 3\).*Hint: use sbatch --nodes=N --ntasks-per-node=M instead of --ntasks=7", id="uneven"),
-        pytest.param({"SLURM_JOB_ID": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2"},
-                     2, 1, r"SLURM allocated 2 tasks, but this process is not one of them.*srun python train.py",
-                     id="batch-script"),
-        pytest.param({"SLURM_JOB_ID": "2", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "3"}, 2, 1,
-                     r"devices=2 × num_nodes=1 is 2 processes, but SLURM started 3 tasks", id="world-size"),
+        pytest.param(
+            {**SRUN_TASK, "SLURM_NTASKS_PER_NODE": "2"},
+            4,
+            1,
+            r"devices=4, but SLURM started 2 task\(s\) on this node \(--ntasks-per-node=2\)\. "
+            r"Hint: Trainer\(devices=2\) or devices=\"auto\", or start 4 tasks per node: "
+            r"sbatch --ntasks-per-node=4\.",
+            id="devices",
+        ),
+        pytest.param(
+            SRUN_TASK,
+            1,
+            1,
+            r"devices=1, but SLURM started 2 task\(s\) on this node \(--ntasks=2 over 1 "
+            r"node\(s\)\)",
+            id="devices-with-ntasks",
+        ),
+        pytest.param(
+            {**SRUN_TASK, "SLURM_NTASKS_PER_NODE": "4"},
+            4,
+            1,
+            r"devices=4, but SLURM started 2 task\(s\) on this node \(--ntasks=2 over 1 node\(s\)\)",
+            id="step-smaller-than-the-job",
+        ),
+        pytest.param(
+            SRUN_TASK,
+            2,
+            2,
+            r"num_nodes=2, but SLURM runs this step on 1 node\(s\) \(--nodes=1\)\. "
+            r"Hint: Trainer\(num_nodes=1\), or sbatch --nodes=2\.",
+            id="nodes",
+        ),
+        pytest.param(
+            {**TWO_NODES, "SLURM_NTASKS": "7", "SLURM_STEP_TASKS_PER_NODE": "4,3", "SLURM_NTASKS_PER_NODE": ""},
+            4,
+            2,
+            r"SLURM placed the 7 tasks of this step unevenly over 2 nodes \(SLURM_STEP_TASKS_PER_NODE=4,3: "
+            r"4, 3\).*Hint: use sbatch --nodes=N --ntasks-per-node=M instead of --ntasks=7",
+            id="uneven",
+        ),
+        pytest.param(
+            {"SLURM_JOB_ID": "2", "SLURM_PROCID": "0", "SLURM_NTASKS": "2", "SLURM_TASKS_PER_NODE": "2"},
+            2,
+            1,
+            r"SLURM allocated 2 tasks, but this process is not one of them.*srun python train.py",
+            id="batch-script",
+        ),
+        pytest.param(
+            {"SLURM_JOB_ID": "2", "SLURM_STEP_ID": "0", "SLURM_PROCID": "0", "SLURM_NTASKS": "3"},
+            2,
+            1,
+            r"devices=2 × num_nodes=1 is 2 processes, but SLURM started 3 tasks",
+            id="world-size",
+        ),
     ],
 )
-def test_validate_errors_use_the_users_words(monkeypatch: pytest.MonkeyPatch, values: dict[str, str], devices: int,
-                                             nodes: int, message: str) -> None:
+def test_validate_errors_use_the_users_words(
+    monkeypatch: pytest.MonkeyPatch, values: dict[str, str], devices: int, nodes: int, message: str
+) -> None:
     with pytest.raises(MisconfigurationError, match=message):
         env_with(monkeypatch, values).validate_settings(devices, nodes)
 
@@ -244,8 +302,9 @@ def test_bad_requeue_signal_names_its_source(monkeypatch: pytest.MonkeyPatch) ->
         SLURMEnvironment()
 
 
-@pytest.mark.parametrize(("value", "expected"), [("0", False), ("false", False), ("off", False), ("1", True),
-                                                 ("yes", True)])
+@pytest.mark.parametrize(
+    ("value", "expected"), [("0", False), ("false", False), ("off", False), ("1", True), ("yes", True)]
+)
 def test_auto_requeue_from_the_environment(monkeypatch: pytest.MonkeyPatch, value: str, expected: bool) -> None:
     monkeypatch.setenv("TORCHPLUG_SLURM_AUTO_REQUEUE", value)
     assert SLURMEnvironment().auto_requeue is expected

@@ -14,8 +14,10 @@ CASES = {
     "single": ("vm", ["vm"]),
     "range": ("node[1-3]", ["node1", "node2", "node3"]),
     "zero-padding": ("node[001-010]", [f"node{i:03d}" for i in range(1, 11)]),
-    "padding-from-lower-bound": ("n[9-11],x[009-11],y[1-010]",
-                                 ["n9", "n10", "n11", "x009", "x010", "x011", *[f"y{i}" for i in range(1, 11)]]),
+    "padding-from-lower-bound": (
+        "n[9-11],x[009-11],y[1-010]",
+        ["n9", "n10", "n11", "x009", "x010", "x011", *[f"y{i}" for i in range(1, 11)]],
+    ),
     "padding-crossing-width": ("n[099-101]", ["n099", "n100", "n101"]),
     "comma-inside-brackets": ("node[1,3-4,07]", ["node1", "node3", "node4", "node07"]),
     "comma-list": ("a,b,c", ["a", "b", "c"]),
@@ -25,15 +27,19 @@ CASES = {
     "bracket-only": ("[1-2]", ["1", "2"]),
     "single-number-bracket": ("n[05]", ["n05"]),
     "duplicates-kept": ("n[1-2],n[2-3]", ["n1", "n2", "n2", "n3"]),
-    "two-brackets": ("rack[1-2]-node[01-04]",
-                     [f"rack{r}-node{n:02d}" for r in (1, 2) for n in range(1, 5)]),
-    "two-brackets-and-host": ("rack[1-2]-node[01-04],gpu7",
-                              [*(f"rack{r}-node{n:02d}" for r in (1, 2) for n in range(1, 5)), "gpu7"]),
-    "three-brackets-slurm-order": ("a[1-2]b[3-4]c[5,7]",
-                                   ["a1b3c5", "a1b3c7", "a2b3c5", "a2b3c7", "a1b4c5", "a1b4c7", "a2b4c5", "a2b4c7"]),
-    "four-brackets-slurm-order": ("a[1-2]b[3-4]c[5-6]d[7-8]",  # c slowest, then b, then a; d fastest
-                                  [f"a{a}b{b}c{c}d{d}" for c in (5, 6) for b in (3, 4) for a in (1, 2)
-                                   for d in (7, 8)]),
+    "two-brackets": ("rack[1-2]-node[01-04]", [f"rack{r}-node{n:02d}" for r in (1, 2) for n in range(1, 5)]),
+    "two-brackets-and-host": (
+        "rack[1-2]-node[01-04],gpu7",
+        [*(f"rack{r}-node{n:02d}" for r in (1, 2) for n in range(1, 5)), "gpu7"],
+    ),
+    "three-brackets-slurm-order": (
+        "a[1-2]b[3-4]c[5,7]",
+        ["a1b3c5", "a1b3c7", "a2b3c5", "a2b3c7", "a1b4c5", "a1b4c7", "a2b4c5", "a2b4c7"],
+    ),
+    "four-brackets-slurm-order": (
+        "a[1-2]b[3-4]c[5-6]d[7-8]",  # c slowest, then b, then a; d fastest
+        [f"a{a}b{b}c{c}d{d}" for c in (5, 6) for b in (3, 4) for a in (1, 2) for d in (7, 8)],
+    ),
     "separator-between-brackets": ("n[1-2]-[3-4]", ["n1-3", "n1-4", "n2-3", "n2-4"]),
     "huge-numbers": ("n[4294967295-4294967296]", ["n4294967295", "n4294967296"]),
     "fqdn": ("node-1.example.com", ["node-1.example.com"]),

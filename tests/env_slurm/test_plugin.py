@@ -30,14 +30,21 @@ def test_plugins_as_a_name() -> None:
 
 
 def _python(code: str, env: dict[str, str] | None = None) -> str:
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True,
-                            timeout=120, check=False, env={**os.environ, **(env or {})})
+    result = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, **(env or {})},
+    )
     assert result.returncode == 0, result.stderr
     return result.stdout
 
 
 def test_nothing_in_the_package_imports_torch() -> None:
-    out = _python("""
+    out = _python(
+        """
         import sys
         import torchplug_slurm, torchplug_slurm._plugin, torchplug_slurm.environment, torchplug_slurm.hostlist
         import torchplug_slurm.preemption, torchplug_slurm.rendezvous, torchplug_slurm.requeue
@@ -46,7 +53,9 @@ def test_nothing_in_the_package_imports_torch() -> None:
         env = torchplug_slurm.SLURMEnvironment()
         print(env.detect(), env.detect_reason(), env.main_address, env.main_port, env.processes_per_node())
         print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))
-        """, SRUN_TASK)
+        """,
+        SRUN_TASK,
+    )
     lines = out.splitlines()
     assert lines[0].startswith("True SLURM_JOB_ID=12")
     assert lines[1] == "[]"
@@ -54,7 +63,8 @@ def test_nothing_in_the_package_imports_torch() -> None:
 
 @pytest.mark.parametrize(("env", "detected"), [({}, False), (SRUN_TASK, True)], ids=["plain", "srun-task"])
 def test_core_plugins_list_shows_slurm_without_importing_torch(env: dict[str, str], detected: bool) -> None:
-    out = _python("""
+    out = _python(
+        """
         import contextlib, io, json, sys
         from torchplug.cli import main
         buffer = io.StringIO()
@@ -63,7 +73,9 @@ def test_core_plugins_list_shows_slurm_without_importing_torch(env: dict[str, st
         listing = json.loads(buffer.getvalue())
         entry = next(e for e in listing["entries"] if e["name"] == "slurm")
         print(json.dumps({"code": code, "entry": entry, "torch": "torch" in sys.modules}))
-        """, env)
+        """,
+        env,
+    )
     result = json.loads(out)
     assert result["code"] == 0 and result["torch"] is False
     entry = result["entry"]
@@ -75,8 +87,11 @@ def test_environment_report_for_core_env(monkeypatch: pytest.MonkeyPatch, fake_s
     for name, value in SRUN_TASK.items():
         monkeypatch.setenv(name, value)
     monkeypatch.setenv("TORCHPLUG_SLURM_REQUEUE_SIGNAL", "USR2")
-    results = {record.distribution: result for record, result, error in
-               plugin_host().call_each("torchplug_environment_report") if error is None}
+    results = {
+        record.distribution: result
+        for record, result, error in plugin_host().call_each("torchplug_environment_report")
+        if error is None
+    }
     section = results["env-slurm"]
     assert section["detected"] is True and section["reason"].startswith("SLURM_JOB_ID=12")
     assert section["settings"]["TORCHPLUG_SLURM_REQUEUE_SIGNAL"] == "USR2"

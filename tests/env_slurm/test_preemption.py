@@ -156,8 +156,9 @@ def test_sigterm_left_alone_when_asked(tmp_path: Path) -> None:
 
 def _run_child(code: str, tmp_path: Path) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, **SRUN_TASK, "PATH": str(tmp_path)}  # no scontrol: a call would fail loudly
-    return subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60,
-                          check=False)
+    return subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 def test_signal_watch_unit() -> None:
@@ -186,8 +187,11 @@ def test_parse_signal_error() -> None:
     ("values", "name"),
     [
         pytest.param({"SLURM_JOB_ID": "4242"}, "hpc_ckpt_4242.ckpt", id="job"),
-        pytest.param({"SLURM_JOB_ID": "4250", "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "7"},
-                     "hpc_ckpt_4242_7.ckpt", id="array-task"),
+        pytest.param(
+            {"SLURM_JOB_ID": "4250", "SLURM_ARRAY_JOB_ID": "4242", "SLURM_ARRAY_TASK_ID": "7"},
+            "hpc_ckpt_4242_7.ckpt",
+            id="array-task",
+        ),
         pytest.param({}, "preemption.ckpt", id="no-job"),
     ],
 )
@@ -213,8 +217,9 @@ def test_checkpoint_path_refuses_a_strange_job_id(monkeypatch: pytest.MonkeyPatc
         pytest.param("1", False, False, id="restarted-without-checkpoint"),
     ],
 )
-def test_resume_path(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restart_count: str | None, exists: bool,
-                     resumes: bool) -> None:
+def test_resume_path(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, restart_count: str | None, exists: bool, resumes: bool
+) -> None:
     set_env(monkeypatch, {**SRUN_TASK, "SLURM_PROCID": "0"})  # rank 0 warns
     if restart_count is not None:
         monkeypatch.setenv("SLURM_RESTART_COUNT", restart_count)

@@ -35,8 +35,20 @@ def test_array_task_id(fake_scontrol: Path) -> None:
 @pytest.mark.parametrize(
     "job_id",
     ["12; touch /tmp/pwned", "12 13", "$(id)", "12\n13", "", "abc", "123_", "_4", "-1", "12-3", " 12", "１２"],
-    ids=["semicolon", "space", "substitution", "newline", "empty", "letters", "trailing-underscore",
-         "leading-underscore", "negative", "dash", "leading-space", "fullwidth-digits"],
+    ids=[
+        "semicolon",
+        "space",
+        "substitution",
+        "newline",
+        "empty",
+        "letters",
+        "trailing-underscore",
+        "leading-underscore",
+        "negative",
+        "dash",
+        "leading-space",
+        "fullwidth-digits",
+    ],
 )
 def test_bad_job_ids_are_refused_before_anything_runs(fake_scontrol: Path, job_id: str) -> None:
     with pytest.raises(RequeueError, match=r"Refusing to run scontrol requeue with the job id .*: a SLURM job id is"):
@@ -46,13 +58,17 @@ def test_bad_job_ids_are_refused_before_anything_runs(fake_scontrol: Path, job_i
 
 def test_missing_scontrol_is_a_clear_error(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    with pytest.raises(RequeueError, match=r"Cannot requeue SLURM job 12: the scontrol command is not on PATH.*"
-                                           r"TORCHPLUG_SLURM_SCONTROL"):
+    with pytest.raises(
+        RequeueError,
+        match=r"Cannot requeue SLURM job 12: the scontrol command is not on PATH.*"
+        r"TORCHPLUG_SLURM_SCONTROL",
+    ):
         requeue_job("12")
 
 
-def test_scontrol_from_the_environment_variable(fake_scontrol: Path, tmp_path: Path,
-                                                monkeypatch: pytest.MonkeyPatch) -> None:
+def test_scontrol_from_the_environment_variable(
+    fake_scontrol: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     program = fake_scontrol.parent / "bin" / "scontrol"
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     monkeypatch.setenv("TORCHPLUG_SLURM_SCONTROL", str(program))
@@ -70,8 +86,9 @@ def test_scontrol_from_the_environment_variable(fake_scontrol: Path, tmp_path: P
     ],
     ids=["not-requeueable", "not-a-batch-job", "permission", "other"],
 )
-def test_nonzero_exit_is_reported_with_a_hint(fake_scontrol: Path, monkeypatch: pytest.MonkeyPatch, output: str,
-                                              hint: str) -> None:
+def test_nonzero_exit_is_reported_with_a_hint(
+    fake_scontrol: Path, monkeypatch: pytest.MonkeyPatch, output: str, hint: str
+) -> None:
     monkeypatch.setenv("FAKE_EXIT", "1")
     monkeypatch.setenv("FAKE_OUTPUT", output)
     with pytest.raises(RequeueError, match=r"requeue 12 exited with code 1") as info:

@@ -22,8 +22,15 @@ from tests.env_slurm.test_detection import SRUN_TASK
 from tests.environment_support import set_env
 from torchplug_slurm import RequeueError, SLURMEnvironment
 
-ONE_TASK = {**SRUN_TASK, "SLURM_JOB_NAME": "train", "SLURM_NTASKS": "1", "SLURM_PROCID": "0", "SLURM_LOCALID": "0",
-            "SLURM_STEP_TASKS_PER_NODE": "1", "SLURM_TASKS_PER_NODE": "1"}
+ONE_TASK = {
+    **SRUN_TASK,
+    "SLURM_JOB_NAME": "train",
+    "SLURM_NTASKS": "1",
+    "SLURM_PROCID": "0",
+    "SLURM_LOCALID": "0",
+    "SLURM_STEP_TASKS_PER_NODE": "1",
+    "SLURM_TASKS_PER_NODE": "1",
+}
 STEPS_PER_EPOCH = 16
 
 
@@ -39,9 +46,17 @@ class SignalAt(torchplug.Callback):
 def fit(root: Path, callbacks: list[Any] | None = None) -> tuple[torchplug.Trainer, dict[str, torch.Tensor]]:
     torch.manual_seed(0)
     model = MLP()
-    trainer = torchplug.Trainer(accelerator="cpu", devices="auto", max_epochs=3, enable_progress_bar=False,
-                                logger=False, enable_checkpointing=False, num_sanity_val_steps=0,
-                                callbacks=callbacks, default_root_dir=root)
+    trainer = torchplug.Trainer(
+        accelerator="cpu",
+        devices="auto",
+        max_epochs=3,
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        callbacks=callbacks,
+        default_root_dir=root,
+    )
     trainer.fit(model, DataLoader(dataset(), batch_size=16, shuffle=True))
     return trainer, {k: v.detach().clone() for k, v in model.state_dict().items()}
 
@@ -52,8 +67,9 @@ def one_task(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.mark.usefixtures("one_task")
-def test_preempt_requeue_and_resume_exactly(tmp_path: Path, fake_scontrol: Path,
-                                            monkeypatch: pytest.MonkeyPatch) -> None:
+def test_preempt_requeue_and_resume_exactly(
+    tmp_path: Path, fake_scontrol: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     reference_trainer, reference = fit(tmp_path / "reference")
     assert isinstance(reference_trainer.cluster_environment, SLURMEnvironment)
     assert "slurm: detected (SLURM_JOB_ID=12, SLURM_STEP_ID=0, SLURM_NTASKS=1)" in reference_trainer.describe()
@@ -76,8 +92,9 @@ def test_preempt_requeue_and_resume_exactly(tmp_path: Path, fake_scontrol: Path,
 
 
 @pytest.mark.usefixtures("one_task")
-def test_a_failed_requeue_fails_fit_and_keeps_the_checkpoint(tmp_path: Path, fake_scontrol: Path,
-                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_failed_requeue_fails_fit_and_keeps_the_checkpoint(
+    tmp_path: Path, fake_scontrol: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     monkeypatch.setenv("FAKE_EXIT", "1")
     monkeypatch.setenv("FAKE_OUTPUT", "Requested operation is presently disabled for job 12")
     with pytest.raises(RequeueError, match=r"Hint: submit the job with sbatch --requeue"):

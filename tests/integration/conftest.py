@@ -82,16 +82,29 @@ class Result:
         return [dict(zip(headers, row)) for row in rows]
 
     def __str__(self) -> str:
-        return (f"$ {' '.join(self.args)}\nexit code {self.returncode}\n"
-                f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}")
+        return (
+            f"$ {' '.join(self.args)}\nexit code {self.returncode}\n"
+            f"--- stdout ---\n{self.stdout}\n--- stderr ---\n{self.stderr}"
+        )
 
 
-def run(args: Iterable[str | Path], env: Mapping[str, str] | None = None, timeout: float = RUN_TIMEOUT,
-        cwd: Path | None = None) -> Result:
+def run(
+    args: Iterable[str | Path],
+    env: Mapping[str, str] | None = None,
+    timeout: float = RUN_TIMEOUT,
+    cwd: Path | None = None,
+) -> Result:
     """Run a command to completion and capture its output (never raises on a non-zero exit code)."""
     argv = tuple(str(a) for a in args)
-    proc = subprocess.run(argv, env=dict(env) if env is not None else None, cwd=cwd, capture_output=True,
-                          text=True, timeout=timeout, check=False)
+    proc = subprocess.run(
+        argv,
+        env=dict(env) if env is not None else None,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
     return Result(argv, proc.returncode, proc.stdout, proc.stderr)
 
 
@@ -108,8 +121,7 @@ def clean_env(overrides: EnvOverrides | None = None, pythonpath: Iterable[Path] 
 
     An override of None removes that variable. ``pythonpath`` becomes ``PYTHONPATH``.
     """
-    env = {k: v for k, v in os.environ.items()
-           if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
+    env = {k: v for k, v in os.environ.items() if k not in _SCRUBBED and not k.startswith(_SCRUBBED_PREFIXES)}
     env.update(PYTHONNOUSERSITE="1", PYTHONUTF8="1")
     paths = [str(p) for p in pythonpath]
     if paths:
@@ -177,8 +189,21 @@ class WheelBuilder:
     def _build(self, folder: Path) -> Wheel:
         out = self._out_dir / folder.name
         out.mkdir(parents=True)
-        run_ok([self._python, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                "--wheel-dir", out, folder], clean_env())
+        run_ok(
+            [
+                self._python,
+                "-m",
+                "pip",
+                "wheel",
+                "--no-deps",
+                "--no-build-isolation",
+                "--no-index",
+                "--wheel-dir",
+                out,
+                folder,
+            ],
+            clean_env(),
+        )
         wheels = list(out.glob("*.whl"))
         assert len(wheels) == 1, f"expected one wheel from {folder}, got {wheels}"
         return Wheel.from_path(wheels[0])
@@ -211,8 +236,11 @@ class Venv:
 
     def pip_install(self, *args: str | Path) -> Result:
         """``pip install`` into the venv, always under ``-c constraints.txt`` (torch stays pinned)."""
-        return run_ok([self.python, "-m", "pip", "install", "--disable-pip-version-check", "-c", CONSTRAINTS,
-                       *args], clean_env(), timeout=PIP_TIMEOUT)
+        return run_ok(
+            [self.python, "-m", "pip", "install", "--disable-pip-version-check", "-c", CONSTRAINTS, *args],
+            clean_env(),
+            timeout=PIP_TIMEOUT,
+        )
 
 
 # -- scenarios --------------------------------------------------------------------------------
@@ -231,8 +259,9 @@ class Listing:
 
     def plugin(self, distribution: str) -> dict[str, Any]:
         """The one plugin record of ``distribution`` (any spelling)."""
-        found = [p for p in self.plugins
-                 if canonicalize_name(p["distribution"] or "") == canonicalize_name(distribution)]
+        found = [
+            p for p in self.plugins if canonicalize_name(p["distribution"] or "") == canonicalize_name(distribution)
+        ]
         assert len(found) == 1, f"expected one plugin of {distribution!r}, got {found}"
         return found[0]
 
@@ -246,8 +275,9 @@ class Listing:
 
     def entry(self, name: str, kind: str = "accelerator", distribution: str | None = None) -> dict[str, Any]:
         """The one listed entry of ``name`` (of ``distribution``, when several claim it)."""
-        found = [e for e in self.entries(name, kind)
-                 if distribution is None or e["provider"]["distribution"] == distribution]
+        found = [
+            e for e in self.entries(name, kind) if distribution is None or e["provider"]["distribution"] == distribution
+        ]
         assert len(found) == 1, f"expected one {kind} entry {name!r} from {distribution or 'anyone'}, got {found}"
         return found[0]
 
@@ -350,8 +380,21 @@ def plugin_set(
             site = None
             if wheels:
                 site = root / f"set{len(cache)}"
-                run_ok([torchplug_venv.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-deps",
-                        "--no-index", "--target", site, *(w.path for w in wheels)], clean_env())
+                run_ok(
+                    [
+                        torchplug_venv.python,
+                        "-m",
+                        "pip",
+                        "install",
+                        "--disable-pip-version-check",
+                        "--no-deps",
+                        "--no-index",
+                        "--target",
+                        site,
+                        *(w.path for w in wheels),
+                    ],
+                    clean_env(),
+                )
             cache[key] = Scenario(torchplug_venv, site, wheels)
         return cache[key]
 

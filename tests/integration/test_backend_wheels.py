@@ -106,8 +106,14 @@ VENDOR_DISTRIBUTIONS: Final = ("torch-xla", "poptorch", "habana-torch-plugin")
 NO_SLURM: Final = {k: None for k in os.environ if k.startswith("SLURM_")}
 
 #: pip with no configuration file and no PIP_* index setting: ``--find-links WHEELS`` is all it has.
-OFFLINE_PIP: Final = {"PIP_CONFIG_FILE": os.devnull, "PIP_FIND_LINKS": None, "PIP_INDEX_URL": None,
-                      "PIP_EXTRA_INDEX_URL": None, "PIP_NO_INDEX": None, "PIP_CONSTRAINT": None}
+OFFLINE_PIP: Final = {
+    "PIP_CONFIG_FILE": os.devnull,
+    "PIP_FIND_LINKS": None,
+    "PIP_INDEX_URL": None,
+    "PIP_EXTRA_INDEX_URL": None,
+    "PIP_NO_INDEX": None,
+    "PIP_CONSTRAINT": None,
+}
 
 #: Builds a CPU Trainer and prints, as JSON, what it chose and which vendor modules are imported.
 CPU_TRAINER = f"""
@@ -183,11 +189,33 @@ def backend_wheels(wheel_builder: WheelBuilder, wheels_dir: Path) -> dict[str, W
 @pytest.fixture(scope="module")
 def wheelhouse(backend_wheels: dict[str, Wheel], build_python: Path, wheels_dir: Path) -> Path:
     """WHEELS completed with the dependencies our wheels declare besides torch and each other, from the index."""
-    requirements = sorted({str(r) for wheel in backend_wheels.values() for r in _requirements(wheel)
-                           if canonicalize_name(r.name) not in {*OURS, "torch"}})
+    requirements = sorted(
+        {
+            str(r)
+            for wheel in backend_wheels.values()
+            for r in _requirements(wheel)
+            if canonicalize_name(r.name) not in {*OURS, "torch"}
+        }
+    )
     assert requirements, "the core declares its dependencies: there must be some to fetch"
-    run_ok([build_python, "-m", "pip", "download", "--disable-pip-version-check", "--only-binary", ":all:",
-            "--dest", wheels_dir, "-c", CONSTRAINTS, *requirements], clean_env(), timeout=PIP_TIMEOUT)
+    run_ok(
+        [
+            build_python,
+            "-m",
+            "pip",
+            "download",
+            "--disable-pip-version-check",
+            "--only-binary",
+            ":all:",
+            "--dest",
+            wheels_dir,
+            "-c",
+            CONSTRAINTS,
+            *requirements,
+        ],
+        clean_env(),
+        timeout=PIP_TIMEOUT,
+    )
     return wheels_dir
 
 
@@ -293,9 +321,23 @@ class Installed:
 def _install_offline(root: Path, wheelhouse: Path, distributions: tuple[str, ...]) -> Installed:
     venv = Venv.create(root)
     venv.pip_install(TORCH_REQUIREMENT)  # first, from wherever pip finds torch here (the local wheel folder)
-    pip = run_ok([venv.python, "-m", "pip", "install", "--disable-pip-version-check", "--no-index",
-                  "--find-links", wheelhouse, "-c", CONSTRAINTS, *distributions],
-                 clean_env(OFFLINE_PIP), timeout=PIP_TIMEOUT)
+    pip = run_ok(
+        [
+            venv.python,
+            "-m",
+            "pip",
+            "install",
+            "--disable-pip-version-check",
+            "--no-index",
+            "--find-links",
+            wheelhouse,
+            "-c",
+            CONSTRAINTS,
+            *distributions,
+        ],
+        clean_env(OFFLINE_PIP),
+        timeout=PIP_TIMEOUT,
+    )
     return Installed(Scenario(venv, None), pip)
 
 
@@ -326,8 +368,9 @@ def _torch_has_cuda(scenario: Scenario) -> bool:
     return bool(scenario.python_json("import json, torch; print(json.dumps(torch.cuda.is_available()))"))
 
 
-def _assert_installed_exactly(installed: Installed, distributions: tuple[str, ...],
-                              backend_wheels: dict[str, Wheel]) -> None:
+def _assert_installed_exactly(
+    installed: Installed, distributions: tuple[str, ...], backend_wheels: dict[str, Wheel]
+) -> None:
     found = installed.scenario.python_json(INSTALLED)
     assert sorted(found) == sorted(distributions)
     root = installed.scenario.venv.root.resolve()
@@ -371,7 +414,10 @@ def test_three_are_listed_with_their_honest_state(three: Installed, backend_whee
 def _assert_cuda_honest(listing: Listing, backend_wheels: dict[str, Wheel], torch_has_cuda: bool) -> None:
     cuda = listing.entry("cuda")
     assert (cuda["aliases"], cuda["provider"]["distribution"], cuda["provider"]["version"]) == (
-        ["gpu"], "accel-cuda", backend_wheels["accel-cuda"].version)
+        ["gpu"],
+        "accel-cuda",
+        backend_wheels["accel-cuda"].version,
+    )
     if torch_has_cuda:
         assert (cuda["status"], cuda["reason"]) == ("ok", None)
     else:
@@ -438,7 +484,10 @@ def test_seven_are_listed_with_their_honest_state(
         record = listing.plugin(package.distribution)
         assert package.entry_point is not None
         assert (record["name"], record["module"], record["version"], record["reason"]) == (
-            *package.entry_point, backend_wheels[package.distribution].version, None)
+            *package.entry_point,
+            backend_wheels[package.distribution].version,
+            None,
+        )
 
     _assert_cuda_honest(listing, backend_wheels, _torch_has_cuda(seven.scenario))
     _assert_slurm_not_detected(listing, backend_wheels)
@@ -458,8 +507,9 @@ def test_seven_are_listed_with_their_honest_state(
     assert xla_io["target"] == "torchplug_xla_io.checkpoint_io:XLACheckpointIO"
 
 
-def test_seven_table_names_every_backend(seven: Installed, seven_listing: Listing,
-                                         backend_wheels: dict[str, Wheel]) -> None:
+def test_seven_table_names_every_backend(
+    seven: Installed, seven_listing: Listing, backend_wheels: dict[str, Wheel]
+) -> None:
     result = seven.scenario.core("plugins", "list", env=NO_SLURM)
     assert result.returncode == 0, str(result)
     rows = {(r["kind"], r["name"]): r for r in result.table()}
@@ -479,8 +529,11 @@ def test_seven_table_names_every_backend(seven: Installed, seven_listing: Listin
 
 def test_every_backend_class_imports_without_its_vendor_library(seven: Installed) -> None:
     listing = seven.scenario.listing("--check", env=NO_SLURM)
-    failed = [(e["kind"], e["name"], e["check"]["error"]) for e in listing.data["entries"]
-              if not e["check"]["imported"] or e["check"]["error"]]
+    failed = [
+        (e["kind"], e["name"], e["check"]["error"])
+        for e in listing.data["entries"]
+        if not e["check"]["imported"] or e["check"]["error"]
+    ]
     assert failed == []
     for vendor in VENDORS:
         check = listing.entry(vendor.accelerator)["check"]

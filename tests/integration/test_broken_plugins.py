@@ -19,12 +19,18 @@ pytestmark = pytest.mark.slow
 FAILURES = {
     "vendor-importerror": ("broken", "ModuleNotFoundError: No module named 'vendor_importerror_missing_sdk'"),
     "vendor-hookerror": ("broken", "RuntimeError: npu driver handshake failed (error 0x2a)"),
-    "vendor-oldcore": ("incompatible", "vendor-oldcore 0.0.9 requires core<0.1, but core {core} is installed. "
-                                       "Hint: install a release of vendor-oldcore that supports core {core}, "
-                                       "or a core that matches core<0.1"),
-    "vendor-typo": ("broken", "PluginError: unknown hook 'torchplug_register_accelerator'. "
-                              "Did you mean 'torchplug_register_accelerators'? Known hooks: "
-                              "torchplug_environment_report, torchplug_register_accelerators, "),
+    "vendor-oldcore": (
+        "incompatible",
+        "vendor-oldcore 0.0.9 requires core<0.1, but core {core} is installed. "
+        "Hint: install a release of vendor-oldcore that supports core {core}, "
+        "or a core that matches core<0.1",
+    ),
+    "vendor-typo": (
+        "broken",
+        "PluginError: unknown hook 'torchplug_register_accelerator'. "
+        "Did you mean 'torchplug_register_accelerators'? Known hooks: "
+        "torchplug_environment_report, torchplug_register_accelerators, ",
+    ),
 }
 
 STRICT = {"TORCHPLUG_STRICT_PLUGINS": "1"}
@@ -44,14 +50,23 @@ def pair(plugin_set: PluginSet, failing: str) -> Scenario:
 
 def test_every_plugin_ends_in_its_state(zoo: Scenario, core_wheel: Wheel) -> None:
     listing = zoo.listing()
-    assert listing.states() == {"core": "ok", "vendor-hookerror": "broken", "vendor-importerror": "broken",
-                                "vendor-oldcore": "incompatible", "vendor-typo": "broken", "vendor-xpu": "ok"}
+    assert listing.states() == {
+        "core": "ok",
+        "vendor-hookerror": "broken",
+        "vendor-importerror": "broken",
+        "vendor-oldcore": "incompatible",
+        "vendor-typo": "broken",
+        "vendor-xpu": "ok",
+    }
     for distribution, (state, reason) in FAILURES.items():
         record = listing.plugin(distribution)
         assert record["state"] == state
         assert record["reason"].startswith(reason.format(core=core_wheel.version))
-    statuses = {(e["name"], e["provider"]["distribution"]): e["status"]
-                for e in listing.data["entries"] if not e["provider"]["builtin"]}
+    statuses = {
+        (e["name"], e["provider"]["distribution"]): e["status"]
+        for e in listing.data["entries"]
+        if not e["provider"]["builtin"]
+    }
     assert statuses == {("npu", "vendor-hookerror"): "broken", ("xpu", "vendor-xpu"): "ok"}
     assert listing.entry("cpu")["status"] == "ok"
 
@@ -91,13 +106,16 @@ def test_a_failure_never_stops_the_others(pair: Scenario, failing: str) -> None:
 
 
 def test_strict_mode_raises_on_first_use_in_python(pair: Scenario, failing: str, core_wheel: Wheel) -> None:
-    error = pair.python_json("""
+    error = pair.python_json(
+        """
 import json, torchplug
 try:
     torchplug.AcceleratorRegistry.get("cpu")
 except torchplug.PluginLoadError as exc:
     print(json.dumps({"message": str(exc), "cause": repr(exc.__cause__)}))
-""", env=STRICT)
+""",
+        env=STRICT,
+    )
     state, reason = FAILURES[failing]
     assert error["message"].startswith("1 plugin(s) failed to load and TORCHPLUG_STRICT_PLUGINS=1:\n")
     assert f"({failing} " in error["message"]
@@ -128,8 +146,8 @@ except torchplug.BrokenPluginError as exc:
 """)
     assert error == {
         "message": f"Accelerator 'npu' from vendor-hookerror {version} is broken: RuntimeError: npu driver handshake "
-                   "failed (error 0x2a). Hint: reinstall or upgrade vendor-hookerror, or block it with "
-                   "TORCHPLUG_BLOCK_PLUGINS=vendor-hookerror.",
+        "failed (error 0x2a). Hint: reinstall or upgrade vendor-hookerror, or block it with "
+        "TORCHPLUG_BLOCK_PLUGINS=vendor-hookerror.",
         "cause": "RuntimeError('npu driver handshake failed (error 0x2a)')",
         "import_error": True,
     }
@@ -148,20 +166,26 @@ def test_show_a_broken_name_exits_1_with_its_traceback(zoo: Scenario, wheel_buil
 
 @pytest.mark.parametrize(
     "env",
-    [{}, {"TORCHPLUG_PLUGINS": "vendor-oldcore"},
-     {"TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD": "1", "TORCHPLUG_PLUGINS": "vendor-oldcore,oldcore"}],
+    [
+        {},
+        {"TORCHPLUG_PLUGINS": "vendor-oldcore"},
+        {"TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD": "1", "TORCHPLUG_PLUGINS": "vendor-oldcore,oldcore"},
+    ],
     ids=["autoload", "requested", "requested-autoload-off"],
 )
 def test_a_plugin_for_another_core_is_never_imported(zoo: Scenario, core_wheel: Wheel, env: dict[str, str]) -> None:
     # Its module raises on import: had it been imported, its state would be broken, not incompatible.
-    loaded = zoo.python_json("""
+    loaded = zoo.python_json(
+        """
 import json, sys, torchplug
 host = torchplug.plugin_host()
 host.ensure_loaded()
 record = next(r for r in host.records if r.distribution == "vendor-oldcore")
 print(json.dumps({"state": record.state, "reason": record.reason, "requires_core": record.requires_core,
                   "modules": sorted(m for m in sys.modules if m.startswith("vendor_oldcore"))}))
-""", env=env)
+""",
+        env=env,
+    )
     assert loaded["state"] == "incompatible"
     assert "requires core<0.1" in loaded["reason"]
     assert f"but core {core_wheel.version} is installed" in loaded["reason"]

@@ -29,14 +29,21 @@ def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def core_fit(scenario: Scenario, project: Path, root: Path, *args: str) -> Result:
     """Run the venv's ``core fit`` on the tiny model from ``project``, logging under ``root``."""
-    command: list[str | Path] = [scenario.venv.script("core"), "fit", "--model=tiny_model.TinyModel",
-                                 "--data=tiny_model.TinyData", "--trainer.enable_progress_bar=false",
-                                 f"--trainer.default_root_dir={root}", *args]
+    command: list[str | Path] = [
+        scenario.venv.script("core"),
+        "fit",
+        "--model=tiny_model.TinyModel",
+        "--data=tiny_model.TinyData",
+        "--trainer.enable_progress_bar=false",
+        f"--trainer.default_root_dir={root}",
+        *args,
+    ]
     return run(command, scenario.env(), cwd=project)
 
 
-def test_before_the_plugin_is_installed_xpu_is_a_usage_error(plugin_set: PluginSet, project: Path,
-                                                            tmp_path: Path) -> None:
+def test_before_the_plugin_is_installed_xpu_is_a_usage_error(
+    plugin_set: PluginSet, project: Path, tmp_path: Path
+) -> None:
     result = core_fit(plugin_set(), project, tmp_path, "--trainer.accelerator=xpu")
     assert result.returncode == 2, str(result)
     # (torch itself warns on import in a venv without numpy: only our own line is checked)
@@ -51,8 +58,9 @@ def test_the_installed_accelerator_is_chosen_by_name_and_trains(xpu: Scenario, p
     assert resolved.returncode == 0, str(resolved)
     accelerator = next(line for line in resolved.stdout.splitlines() if line.startswith("accelerator"))
     assert accelerator.split()[1] == "xpu", accelerator
-    result = core_fit(xpu, project, tmp_path, "--trainer.accelerator=xpu", "--trainer.devices=1",
-                      "--trainer.max_epochs=2")
+    result = core_fit(
+        xpu, project, tmp_path, "--trainer.accelerator=xpu", "--trainer.devices=1", "--trainer.max_epochs=2"
+    )
     assert result.returncode == 0, str(result)
     assert "fit: 2 epoch(s), 8 step(s)" in result.stdout
     (version,) = tmp_path.glob("torchplug_logs/version_*")
@@ -61,8 +69,16 @@ def test_the_installed_accelerator_is_chosen_by_name_and_trains(xpu: Scenario, p
 
 
 def test_the_installed_accelerator_runs_ddp_over_two_processes(xpu: Scenario, project: Path, tmp_path: Path) -> None:
-    result = core_fit(xpu, project, tmp_path, "--trainer.accelerator=vxpu", "--trainer.devices=2",
-                      "--trainer.strategy=ddp", "--trainer.max_epochs=1", "--seed_everything=3")
+    result = core_fit(
+        xpu,
+        project,
+        tmp_path,
+        "--trainer.accelerator=vxpu",
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+        "--trainer.max_epochs=1",
+        "--seed_everything=3",
+    )
     assert result.returncode == 0, str(result)
     # 64 samples, 32 per rank in batches of 16: 2 steps (4 in one process); one summary, from rank 0.
     assert result.stdout.count("fit: 1 epoch(s), 2 step(s)") == 1, str(result)

@@ -42,8 +42,10 @@ def conflict(plugin_set: PluginSet) -> Scenario:
 def test_both_are_listed_as_a_conflict(conflict: Scenario) -> None:
     listing = conflict.listing()
     assert listing.states() == {"core": "ok", "vendor-xpu-a": "ok", "vendor-xpu-b": "ok"}
-    got = [(e["provider"]["distribution"], e["provider"]["version"], e["status"], e["reason"])
-           for e in listing.entries("xpu")]
+    got = [
+        (e["provider"]["distribution"], e["provider"]["version"], e["status"], e["reason"])
+        for e in listing.entries("xpu")
+    ]
     claimed = "'xpu' is claimed by several distributions; pick with"
     assert got == [
         ("vendor-xpu-a", "1.0.0", "conflict", f"{claimed} 'xpu@vendor-xpu-a' or TORCHPLUG_PREFER=xpu=vendor-xpu-a"),
@@ -51,7 +53,9 @@ def test_both_are_listed_as_a_conflict(conflict: Scenario) -> None:
     ]
     table = conflict.core("plugins", "list").table()
     assert [(r["provider"], r["status"]) for r in table if r["name"] == "xpu"] == [
-        ("vendor-xpu-a==1.0.0", "conflict"), ("vendor-xpu-b==2.0.0", "conflict")]
+        ("vendor-xpu-a==1.0.0", "conflict"),
+        ("vendor-xpu-b==2.0.0", "conflict"),
+    ]
 
 
 def test_the_bare_name_raises_and_says_how_to_pick(conflict: Scenario) -> None:
@@ -59,16 +63,18 @@ def test_the_bare_name_raises_and_says_how_to_pick(conflict: Scenario) -> None:
     assert got["results"]["xpu"] == {
         "error": "PluginConflictError",
         "message": "The accelerator name 'xpu' is provided by 2 distributions: vendor-xpu-a 1.0.0, vendor-xpu-b 2.0.0. "
-                   "Pick one: use 'xpu@vendor-xpu-a', or set TORCHPLUG_PREFER=xpu=vendor-xpu-a, "
-                   "or block the other with TORCHPLUG_BLOCK_PLUGINS=vendor-xpu-b.",
+        "Pick one: use 'xpu@vendor-xpu-a', or set TORCHPLUG_PREFER=xpu=vendor-xpu-a, "
+        "or block the other with TORCHPLUG_BLOCK_PLUGINS=vendor-xpu-b.",
     }
     assert got["modules"] == ["vendor_xpu_a", "vendor_xpu_a._plugin", "vendor_xpu_b", "vendor_xpu_b._plugin"]
 
 
 def test_name_at_provider_picks_one(conflict: Scenario) -> None:
     assert get(conflict, "xpu@vendor-xpu-a", "xpu@vendor-xpu-b", "xpu@Vendor_XPU_B")["results"] == {
-        "xpu@vendor-xpu-a": "XPUAAccelerator", "xpu@vendor-xpu-b": "XPUBAccelerator",
-        "xpu@Vendor_XPU_B": "XPUBAccelerator"}
+        "xpu@vendor-xpu-a": "XPUAAccelerator",
+        "xpu@vendor-xpu-b": "XPUBAccelerator",
+        "xpu@Vendor_XPU_B": "XPUBAccelerator",
+    }
 
 
 def test_prefer_picks_b_and_lists_a_as_shadowed(conflict: Scenario) -> None:
@@ -78,10 +84,13 @@ def test_prefer_picks_b_and_lists_a_as_shadowed(conflict: Scenario) -> None:
     assert listing.entry("xpu", distribution="vendor-xpu-b")["status"] == "ok"
     shadowed = listing.entry("xpu", distribution="vendor-xpu-a")
     assert shadowed["status"] == "shadowed"
-    assert shadowed["reason"] == ("'xpu' resolves to vendor-xpu-b 2.0.0 (TORCHPLUG_PREFER=xpu=vendor-xpu-b); "
-                                  "use 'xpu@vendor-xpu-a' for this one")
+    assert shadowed["reason"] == (
+        "'xpu' resolves to vendor-xpu-b 2.0.0 (TORCHPLUG_PREFER=xpu=vendor-xpu-b); use 'xpu@vendor-xpu-a' for this one"
+    )
     assert get(conflict, "xpu", "xpu@vendor-xpu-a", env=env)["results"] == {
-        "xpu": "XPUBAccelerator", "xpu@vendor-xpu-a": "XPUAAccelerator"}
+        "xpu": "XPUBAccelerator",
+        "xpu@vendor-xpu-a": "XPUAAccelerator",
+    }
 
 
 def test_blocking_b_leaves_a_as_the_only_provider(conflict: Scenario) -> None:
@@ -90,8 +99,10 @@ def test_blocking_b_leaves_a_as_the_only_provider(conflict: Scenario) -> None:
     assert listing.states() == {"core": "ok", "vendor-xpu-a": "ok", "vendor-xpu-b": "blocked"}
     assert listing.plugin("vendor-xpu-b")["reason"] == "named in TORCHPLUG_BLOCK_PLUGINS"
     assert [(e["provider"]["distribution"], e["status"]) for e in listing.entries("xpu")] == [("vendor-xpu-a", "ok")]
-    assert get(conflict, "xpu", env=env) == {"results": {"xpu": "XPUAAccelerator"},
-                   "modules": ["vendor_xpu_a", "vendor_xpu_a._plugin", "vendor_xpu_a.accelerator"]}
+    assert get(conflict, "xpu", env=env) == {
+        "results": {"xpu": "XPUAAccelerator"},
+        "modules": ["vendor_xpu_a", "vendor_xpu_a._plugin", "vendor_xpu_a.accelerator"],
+    }
 
 
 def test_a_conflict_is_not_a_failure(conflict: Scenario) -> None:

@@ -31,24 +31,40 @@ print(json.dumps({
 def test_autoload_off_loads_only_the_builtins(zoo: Scenario) -> None:
     listing = zoo.listing(env=AUTOLOAD_OFF)
     assert listing.data["settings"]["autoload"] is False
-    assert listing.states() == {"core": "ok", "vendor-hookerror": "disabled", "vendor-importerror": "disabled",
-                                "vendor-oldcore": "disabled", "vendor-typo": "disabled", "vendor-xpu": "disabled"}
+    assert listing.states() == {
+        "core": "ok",
+        "vendor-hookerror": "disabled",
+        "vendor-importerror": "disabled",
+        "vendor-oldcore": "disabled",
+        "vendor-typo": "disabled",
+        "vendor-xpu": "disabled",
+    }
     assert listing.plugin("vendor-xpu")["reason"] == (
-        "TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD=1 and not named in TORCHPLUG_PLUGINS")
+        "TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD=1 and not named in TORCHPLUG_PLUGINS"
+    )
     assert all(e["provider"]["builtin"] for e in listing.data["entries"])
     assert listing.entry("cpu")["status"] == "ok"
     report = zoo.python_json(REPORT, env=AUTOLOAD_OFF)
     assert (report["names"], report["modules"]) == ([], [])
 
 
-@pytest.mark.parametrize("requested", ["vendor-xpu", "Vendor_XPU", "xpu"],
-                         ids=["by-distribution", "by-distribution-other-spelling", "by-entry-point"])
+@pytest.mark.parametrize(
+    "requested",
+    ["vendor-xpu", "Vendor_XPU", "xpu"],
+    ids=["by-distribution", "by-distribution-other-spelling", "by-entry-point"],
+)
 def test_plugins_named_in_torchplug_plugins_load_with_autoload_off(zoo: Scenario, requested: str) -> None:
     env = {**AUTOLOAD_OFF, "TORCHPLUG_PLUGINS": requested}
     listing = zoo.listing(env=env)
     assert listing.data["settings"]["requested"] == [requested]
-    assert listing.states() == {"core": "ok", "vendor-hookerror": "disabled", "vendor-importerror": "disabled",
-                                "vendor-oldcore": "disabled", "vendor-typo": "disabled", "vendor-xpu": "ok"}
+    assert listing.states() == {
+        "core": "ok",
+        "vendor-hookerror": "disabled",
+        "vendor-importerror": "disabled",
+        "vendor-oldcore": "disabled",
+        "vendor-typo": "disabled",
+        "vendor-xpu": "ok",
+    }
     assert listing.entry("xpu")["status"] == "ok"
     report = zoo.python_json(REPORT, env=env)
     assert report["modules"] == ["vendor_xpu"]
@@ -58,16 +74,24 @@ def test_plugins_named_in_torchplug_plugins_load_with_autoload_off(zoo: Scenario
 def test_blocking_by_entry_point_name(zoo: Scenario) -> None:
     listing = zoo.listing(env={"TORCHPLUG_BLOCK_PLUGINS": "npu, typo ,importerror"})
     assert listing.data["settings"]["blocked"] == ["npu", "typo", "importerror"]
-    assert listing.states() == {"core": "ok", "vendor-hookerror": "blocked", "vendor-importerror": "blocked",
-                                "vendor-oldcore": "incompatible", "vendor-typo": "blocked", "vendor-xpu": "ok"}
+    assert listing.states() == {
+        "core": "ok",
+        "vendor-hookerror": "blocked",
+        "vendor-importerror": "blocked",
+        "vendor-oldcore": "incompatible",
+        "vendor-typo": "blocked",
+        "vendor-xpu": "ok",
+    }
     assert zoo.python_json(REPORT, env={"TORCHPLUG_BLOCK_PLUGINS": "npu,typo,importerror"})["modules"] == ["vendor_xpu"]
 
 
 @pytest.mark.parametrize(
     ("env", "message"),
-    [({"TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD": "maybe"}, "TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD='maybe' is not a boolean."),
-     ({"TORCHPLUG_STRICT_PLUGINS": "sure"}, "TORCHPLUG_STRICT_PLUGINS='sure' is not a boolean."),
-     ({"TORCHPLUG_PREFER": "xpu"}, "TORCHPLUG_PREFER has the item 'xpu', which is not NAME=PROVIDER.")],
+    [
+        ({"TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD": "maybe"}, "TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD='maybe' is not a boolean."),
+        ({"TORCHPLUG_STRICT_PLUGINS": "sure"}, "TORCHPLUG_STRICT_PLUGINS='sure' is not a boolean."),
+        ({"TORCHPLUG_PREFER": "xpu"}, "TORCHPLUG_PREFER has the item 'xpu', which is not NAME=PROVIDER."),
+    ],
     ids=["autoload", "strict", "prefer"],
 )
 def test_a_bad_variable_is_a_usage_error(xpu: Scenario, env: dict[str, str], message: str) -> None:
@@ -86,13 +110,16 @@ def test_a_plugin_module_named_in_torchplug_plugins_loads_with_autoload_off(xpu:
 
 def test_a_plugin_module_named_in_torchplug_plugins_is_described_by_its_distribution(xpu: Scenario) -> None:
     env = {**AUTOLOAD_OFF, "TORCHPLUG_PLUGINS": "vendor_xpu._plugin", "VENDOR_XPU_HIDE": "1"}
-    error = xpu.python_json("""
+    error = xpu.python_json(
+        """
 import json, torchplug
 try:
     torchplug.AcceleratorRegistry.get("xpu")
 except torchplug.PluginUnavailableError as exc:
     print(json.dumps(str(exc)))
-""", env=env)
+""",
+        env=env,
+    )
     assert error.startswith("Accelerator 'xpu' from vendor-xpu ")
     shown = xpu.core("plugins", "show", "xpu", env=env)
     assert "None None" not in shown.stdout, str(shown)

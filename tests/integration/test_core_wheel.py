@@ -57,11 +57,19 @@ def test_builtins_are_listed_ok_from_core(core_only: Scenario, core_wheel: Wheel
 def test_builtins_in_json(core_only: Scenario, core_wheel: Wheel) -> None:
     listing = core_only.listing()
     assert listing.data["core_version"] == core_wheel.version
-    assert listing.plugins == [{
-        "name": "builtin", "module": "torchplug._builtin", "distribution": "core", "version": core_wheel.version,
-        "state": "ok", "reason": None, "requires_core": None, "builtin": True,
-        "load_ms": listing.plugins[0]["load_ms"],
-    }]
+    assert listing.plugins == [
+        {
+            "name": "builtin",
+            "module": "torchplug._builtin",
+            "distribution": "core",
+            "version": core_wheel.version,
+            "state": "ok",
+            "reason": None,
+            "requires_core": None,
+            "builtin": True,
+            "load_ms": listing.plugins[0]["load_ms"],
+        }
+    ]
     provider = {"plugin": "builtin", "distribution": "core", "version": core_wheel.version, "builtin": True}
     assert all(e["provider"] == provider for e in listing.data["entries"])
     for kind, name, aliases in BUILTINS:
@@ -95,8 +103,18 @@ def test_json_follows_the_documented_schema(core_only: Scenario, check: bool) ->
     top = {k: v for k, v in data.items() if k in ("core_version", "settings", "discovery_ms")}
     assert f"{_render(top)}, plugins: [{{{_render(data['plugins'][0])}}}]" in documented
     entry = data["entries"][0]
-    assert list(entry) == ["kind", "name", "aliases", "target", "description", "init_params", "provider", "status",
-                           "reason", *(["check"] if check else [])]
+    assert list(entry) == [
+        "kind",
+        "name",
+        "aliases",
+        "target",
+        "description",
+        "init_params",
+        "provider",
+        "status",
+        "reason",
+        *(["check"] if check else []),
+    ]
     rendered = _render({**entry, "init_params": {}})  # init params differ from entry to entry
     detected = "detected (cluster environments only: whether detect() says yes here), "
     if check:

@@ -34,16 +34,35 @@ def test_xpu_is_listed_ok_with_its_provider(xpu: Scenario, xpu_wheel: Wheel) -> 
     assert listing.states() == {"core": "ok", "vendor-xpu": "ok"}
     record = listing.plugin("vendor-xpu")
     assert (record["name"], record["module"], record["version"], record["requires_core"], record["reason"]) == (
-        "xpu", "vendor_xpu._plugin", xpu_wheel.version, "<0.2,>=0.1", None)
+        "xpu",
+        "vendor_xpu._plugin",
+        xpu_wheel.version,
+        "<0.2,>=0.1",
+        None,
+    )
     entry = listing.entry("xpu")
-    assert entry["provider"] == {"plugin": "xpu", "distribution": "vendor-xpu", "version": xpu_wheel.version,
-                                 "builtin": False}
+    assert entry["provider"] == {
+        "plugin": "xpu",
+        "distribution": "vendor-xpu",
+        "version": xpu_wheel.version,
+        "builtin": False,
+    }
     assert (entry["status"], entry["reason"], entry["aliases"], entry["target"]) == (
-        "ok", None, ["vxpu"], "vendor_xpu.accelerator:XPUAccelerator")
+        "ok",
+        None,
+        ["vxpu"],
+        "vendor_xpu.accelerator:XPUAccelerator",
+    )
 
     table = xpu.core("plugins", "list").table()
-    assert {"name": "xpu", "kind": "accelerator", "aliases": "vxpu", "provider": xpu_wheel.label, "status": "ok",
-            "description": "Vendor XPU (a CPU-backed test double)"} in table
+    assert {
+        "name": "xpu",
+        "kind": "accelerator",
+        "aliases": "vxpu",
+        "provider": xpu_wheel.label,
+        "status": "ok",
+        "description": "Vendor XPU (a CPU-backed test double)",
+    } in table
 
 
 #: Every way to ask for vendor-xpu's accelerator: its name, its alias, and name@provider in two spellings.
@@ -72,8 +91,13 @@ print(json.dumps(report))
 
 def test_registry_get_returns_a_working_vendor_accelerator(xpu: Scenario) -> None:
     report = xpu.python_json(f"NAMES = {XPU_NAMES!r}\n{USE_ACCELERATORS}")
-    expected = {"class": "vendor_xpu.accelerator:XPUAccelerator", "is_accelerator": True,
-                "devices": ["cpu", "cpu"], "count": 2, "product": ["torch.bfloat16", 8.0]}
+    expected = {
+        "class": "vendor_xpu.accelerator:XPUAccelerator",
+        "is_accelerator": True,
+        "devices": ["cpu", "cpu"],
+        "count": 2,
+        "product": ["torch.bfloat16", 8.0],
+    }
     assert report == dict.fromkeys(XPU_NAMES, expected)
 
 
@@ -81,7 +105,11 @@ def test_check_shows_it_available_with_its_device_count(xpu: Scenario) -> None:
     # --kind accelerator: the exit code then depends on the accelerators alone, not on every built-in strategy.
     check = xpu.listing("--check", "--kind", "accelerator").entry("xpu")["check"]
     assert {k: v for k, v in check.items() if k != "seconds"} == {
-        "imported": True, "available": True, "device_count": 2, "error": None}
+        "imported": True,
+        "available": True,
+        "device_count": 2,
+        "error": None,
+    }
 
     result = xpu.core("plugins", "list", "--check", "--kind", "accelerator")
     assert result.returncode == 0, str(result)
@@ -98,15 +126,20 @@ def test_probe_reports_hidden_devices(xpu: Scenario, xpu_wheel: Wheel) -> None:
     check = xpu.listing("--check", "--kind", "accelerator", env=hidden).entry("xpu")["check"]
     assert (check["imported"], check["available"], check["device_count"]) == (True, False, None)
 
-    error = xpu.python_json("""
+    error = xpu.python_json(
+        """
 import json, torchplug
 try:
     torchplug.AcceleratorRegistry.get("xpu")
 except torchplug.PluginUnavailableError as exc:
     print(json.dumps(str(exc)))
-""", env=hidden)
-    assert error == (f"Accelerator 'xpu' from vendor-xpu {xpu_wheel.version} is installed but cannot run on this "
-                     "machine: VENDOR_XPU_HIDE=1 hides every xpu device. Hint: unset VENDOR_XPU_HIDE")
+""",
+        env=hidden,
+    )
+    assert error == (
+        f"Accelerator 'xpu' from vendor-xpu {xpu_wheel.version} is installed but cannot run on this "
+        "machine: VENDOR_XPU_HIDE=1 hides every xpu device. Hint: unset VENDOR_XPU_HIDE"
+    )
 
 
 def _imported_by(scenario: Scenario, *args: str) -> list[str]:
@@ -131,10 +164,17 @@ def test_show_a_name(xpu: Scenario, xpu_wheel: Wheel) -> None:
     result = xpu.core("plugins", "show", "xpu")
     assert result.returncode == 0, str(result)
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
-    for expected in ["accelerator 'xpu'", "status ok", f"provider vendor-xpu {xpu_wheel.version} (plugin 'xpu')",
-                     "aliases vxpu", "class vendor_xpu.accelerator:XPUAccelerator",
-                     "docstring A vendor accelerator with two CPU-backed devices.", "devices 2",
-                     f"plugin 'xpu' from vendor-xpu {xpu_wheel.version}: ok", "module vendor_xpu._plugin"]:
+    for expected in [
+        "accelerator 'xpu'",
+        "status ok",
+        f"provider vendor-xpu {xpu_wheel.version} (plugin 'xpu')",
+        "aliases vxpu",
+        "class vendor_xpu.accelerator:XPUAccelerator",
+        "docstring A vendor accelerator with two CPU-backed devices.",
+        "devices 2",
+        f"plugin 'xpu' from vendor-xpu {xpu_wheel.version}: ok",
+        "module vendor_xpu._plugin",
+    ]:
         assert expected in lines, str(result)
 
 
@@ -154,7 +194,8 @@ def test_show_a_plugin(xpu: Scenario, xpu_wheel: Wheel, name: str) -> None:
     result = xpu.core("plugins", "show", name, "--json")
     assert result.returncode == 0, str(result)
     assert [(p["name"], p["distribution"], p["version"], p["state"]) for p in result.json()["plugins"]] == [
-        ("xpu", "vendor-xpu", xpu_wheel.version, "ok")]
+        ("xpu", "vendor-xpu", xpu_wheel.version, "ok")
+    ]
 
 
 def test_show_an_unknown_name_is_a_usage_error(xpu: Scenario) -> None:

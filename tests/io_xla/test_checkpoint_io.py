@@ -83,8 +83,11 @@ def test_load_of_a_missing_file_names_the_path(tmp_path: Path) -> None:
 
 
 def test_storage_options_are_refused_with_a_hint(tmp_path: Path) -> None:
-    with pytest.raises(TypeError, match=r"storage_options=\{'anon': True\} is not supported by XLACheckpointIO\. "
-                                        r"Hint:"):
+    with pytest.raises(
+        TypeError,
+        match=r"storage_options=\{'anon': True\} is not supported by XLACheckpointIO\. "
+        r"Hint:",
+    ):
         XLACheckpointIO().save_checkpoint(make_checkpoint(), str(tmp_path / "x.ckpt"), storage_options={"anon": True})
     assert not (tmp_path / "x.ckpt").exists()
 
@@ -109,8 +112,9 @@ def test_fsync_is_passed_to_the_atomic_writer(tmp_path: Path) -> None:
 # -- with torch_xla -------------------------------------------------------------------------------
 
 
-def test_xla_tensors_go_through_torch_xlas_batched_transfer(tmp_path: Path, fake_xla: ModuleType,
-                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+def test_xla_tensors_go_through_torch_xlas_batched_transfer(
+    tmp_path: Path, fake_xla: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch_xla.core.xla_model as xm
 
     converted: list[Any] = []
@@ -131,8 +135,9 @@ def test_xla_tensors_go_through_torch_xlas_batched_transfer(tmp_path: Path, fake
     assert_same({k: v for k, v in loaded.items() if k != "converted_by_torch_xla"}, checkpoint)
 
 
-def test_load_puts_tensors_on_this_processs_xla_device(tmp_path: Path, fake_xla: ModuleType,
-                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_puts_tensors_on_this_processs_xla_device(
+    tmp_path: Path, fake_xla: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     io = XLACheckpointIO()
     io.save_checkpoint(make_checkpoint(), str(tmp_path / "xla.ckpt"))
     monkeypatch.setattr(fake_xla, "device", lambda index=None: torch.device("meta"))  # a device we can tell apart
@@ -144,8 +149,9 @@ def test_load_puts_tensors_on_this_processs_xla_device(tmp_path: Path, fake_xla:
     assert on_cpu["state_dict"]["layer.weight"].device.type == "cpu"
 
 
-def test_load_falls_back_to_xla_device_on_older_torch_xla(tmp_path: Path, fake_xla: ModuleType,
-                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+def test_load_falls_back_to_xla_device_on_older_torch_xla(
+    tmp_path: Path, fake_xla: ModuleType, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import torch_xla.core.xla_model as xm
 
     io = XLACheckpointIO()
@@ -157,13 +163,17 @@ def test_load_falls_back_to_xla_device_on_older_torch_xla(tmp_path: Path, fake_x
 
 # -- a real SIGKILL in the middle of a save -------------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after_mb", [1, 64, 128], ids=lambda mb: f"killed-after-{mb}MB-of-144MB")
 def test_sigkill_mid_save_leaves_the_last_complete_checkpoint(tmp_path: Path, kill_after_mb: int) -> None:
     last_printed, size, leftovers = kill_while_writing(
-        tmp_path, kill_after_mb * 2**20, env=subprocess_env(fake=True),
+        tmp_path,
+        kill_after_mb * 2**20,
+        env=subprocess_env(fake=True),
         # the fake torch_xla: the saves go through its batched transfer to the CPU
-        imports="import torch_xla\nfrom torchplug_xla_io import XLACheckpointIO", io="XLACheckpointIO()",
+        imports="import torch_xla\nfrom torchplug_xla_io import XLACheckpointIO",
+        io="XLACheckpointIO()",
     )
     loaded = XLACheckpointIO().load_checkpoint(str(tmp_path / "ckpt" / "last.ckpt"), map_location="cpu")
     assert_last_complete(loaded, last_printed, size, leftovers)

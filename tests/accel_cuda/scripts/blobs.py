@@ -20,8 +20,10 @@ def blobs(n: int = 512, seed: int = 0) -> TensorDataset:
 
 def loaders(batch_size: int = 32) -> tuple[DataLoader[Any], DataLoader[Any]]:
     """Training and validation loaders (the Trainer adds a DistributedSampler under DDP)."""
-    return (DataLoader(blobs(512, seed=0), batch_size=batch_size, shuffle=True),
-            DataLoader(blobs(128, seed=1), batch_size=64))
+    return (
+        DataLoader(blobs(512, seed=0), batch_size=batch_size, shuffle=True),
+        DataLoader(blobs(128, seed=1), batch_size=64),
+    )
 
 
 class Classifier(torchplug.Module):
@@ -51,5 +53,11 @@ class Classifier(torchplug.Module):
 
 def quiet(**overrides: Any) -> dict[str, Any]:
     """Trainer arguments for a fast, silent run on the GPU, updated by ``overrides``."""
-    return {"accelerator": "cuda", "logger": False, "enable_checkpointing": False, "enable_progress_bar": False,
-            "num_sanity_val_steps": 0, **overrides}
+    return {
+        "accelerator": "cuda",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "num_sanity_val_steps": 0,
+        **overrides,
+    }

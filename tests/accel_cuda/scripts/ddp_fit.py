@@ -53,8 +53,15 @@ def main() -> None:
     parser.add_argument("--precision", default="32-true")
     args = parser.parse_args()
     torchplug.seed_everything(7)
-    trainer = torchplug.Trainer(**quiet(devices=args.devices, strategy=args.strategy, precision=args.precision,
-                                        max_epochs=3, callbacks=[Record(args.out)]))
+    trainer = torchplug.Trainer(
+        **quiet(
+            devices=args.devices,
+            strategy=args.strategy,
+            precision=args.precision,
+            max_epochs=3,
+            callbacks=[Record(args.out)],
+        )
+    )
     if not torch.cuda.is_initialized():  # the parent of ddp_fork must reach the fork with CUDA untouched
         with open(os.path.join(args.out, f"parent{os.getpid()}.json"), "w") as file:
             json.dump({"cuda_initialized_before_fit": False}, file)

@@ -67,9 +67,16 @@ def main() -> None:
     parser.add_argument("out")
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
-    trainer = torchplug.Trainer(accelerator="hpu", devices=2, precision="bf16-mixed", max_epochs=args.epochs,
-                                default_root_dir=args.out, logger=False, enable_progress_bar=False,
-                                num_sanity_val_steps=0)
+    trainer = torchplug.Trainer(
+        accelerator="hpu",
+        devices=2,
+        precision="bf16-mixed",
+        max_epochs=args.epochs,
+        default_root_dir=args.out,
+        logger=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+    )
     model = IndexedRegressor(args.out)
     trainer.fit(model, indexed_loader())
     if trainer.global_rank == 0:

@@ -24,16 +24,27 @@ def main() -> None:
     parser.add_argument("--epochs", type=int, default=2)
     args = parser.parse_args()
     strategy = "auto" if args.start_method is None else torchplug_tpu_strategy(args.start_method)
-    trainer = torchplug.Trainer(accelerator="tpu", devices="auto", strategy=strategy, max_epochs=args.epochs,
-                                default_root_dir=args.out, logger=False, enable_progress_bar=False,
-                                num_sanity_val_steps=0)
+    trainer = torchplug.Trainer(
+        accelerator="tpu",
+        devices="auto",
+        strategy=strategy,
+        max_epochs=args.epochs,
+        default_root_dir=args.out,
+        logger=False,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+    )
     model = IndexedRegressor(args.out, fail_rank=args.fail_rank)
     started = time.monotonic()
     try:
         trainer.fit(model, indexed_loader())
     except Exception as exc:
-        result = {"error": type(exc).__name__, "message": str(exc),
-                  "notes": list(getattr(exc, "__notes__", [])), "seconds": time.monotonic() - started}
+        result = {
+            "error": type(exc).__name__,
+            "message": str(exc),
+            "notes": list(getattr(exc, "__notes__", [])),
+            "seconds": time.monotonic() - started,
+        }
     else:
         import torch_xla._fake
 

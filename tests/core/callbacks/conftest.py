@@ -137,4 +137,3 @@ def recording_io() -> RecordingCheckpointIO:
 def recording_io_class() -> type[RecordingCheckpointIO]:
     """The :class:`RecordingCheckpointIO` class (for tests that subclass it)."""
     return RecordingCheckpointIO
-

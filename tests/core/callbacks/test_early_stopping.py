@@ -26,8 +26,9 @@ def test_stops_after_patience_checks_without_an_improvement_of_min_delta(make_tr
     assert stopping.stopped_epoch == 2
     assert stopping.wait_count == 2
     assert float(stopping.best_score) == 1.0
-    assert stopping.stopping_reason == ("Monitored metric score did not improve in the last 2 records. "
-                                        "Best score: 1. Signaling Trainer to stop.")
+    assert stopping.stopping_reason == (
+        "Monitored metric score did not improve in the last 2 records. Best score: 1. Signaling Trainer to stop."
+    )
 
 
 def test_improvements_reset_the_count(make_trainer, tiny_model, data):
@@ -49,8 +50,9 @@ def test_improvements_reset_the_count(make_trainer, tiny_model, data):
     ],
     ids=["stopping-threshold", "divergence-threshold", "nan", "inf"],
 )
-def test_thresholds_and_non_finite_values_stop_at_once(make_trainer, tiny_model, data, kwargs, scores, stopped_epoch,
-                                                       reason):
+def test_thresholds_and_non_finite_values_stop_at_once(
+    make_trainer, tiny_model, data, kwargs, scores, stopped_epoch, reason
+):
     stopping = EarlyStopping(monitor="score", patience=10, **kwargs)
     fit(make_trainer, tiny_model, data, scores, stopping)
 
@@ -108,8 +110,9 @@ def test_state_round_trips_through_a_checkpoint(tmp_path, make_trainer, tiny_mod
 
     # Resumed, the count goes on: 0.5 improves (count 0), then 3 checks without improvement stop it.
     resumed = EarlyStopping(monitor="score", patience=3)
-    trainer = make_trainer(max_epochs=7, callbacks=[resumed, ModelCheckpoint(dirpath=tmp_path, save_last=True,
-                                                                             save_top_k=0)])
+    trainer = make_trainer(
+        max_epochs=7, callbacks=[resumed, ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)]
+    )
     trainer.fit(tiny_model(scores=scores), data(), data(), ckpt_path="last")
     assert resumed.stopped_epoch == 6
     assert float(resumed.best_score) == 0.5

@@ -43,10 +43,17 @@ def test_step_interval_logs_every_log_every_n_steps(tmp_path, make_trainer, tiny
 def test_parameter_groups_and_named_schedulers(tmp_path, make_trainer, tiny_model, data):
     class Model(tiny_model().__class__):  # type: ignore[misc]
         def configure_optimizers(self) -> Any:
-            adam = torch.optim.Adam([{"params": [self.layer.weight], "lr": 0.01},
-                                     {"params": [self.layer.bias], "lr": 0.02, "name": "bias"}])
-            return {"optimizer": adam, "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(adam, 1),
-                                                        "name": "my_lr", "interval": "step"}}
+            adam = torch.optim.Adam(
+                [{"params": [self.layer.weight], "lr": 0.01}, {"params": [self.layer.bias], "lr": 0.02, "name": "bias"}]
+            )
+            return {
+                "optimizer": adam,
+                "lr_scheduler": {
+                    "scheduler": torch.optim.lr_scheduler.StepLR(adam, 1),
+                    "name": "my_lr",
+                    "interval": "step",
+                },
+            }
 
     logger = CSVLogger(tmp_path)
     monitor = LearningRateMonitor(log_momentum=True)

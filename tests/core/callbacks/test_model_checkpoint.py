@@ -37,11 +37,15 @@ def test_callback_runs_last_and_is_exported() -> None:
     assert ModelCheckpoint.monitors_metrics is True
 
 
-@pytest.mark.parametrize(("mode", "kept_epochs", "best_epoch"), [("min", [3, 4], 3), ("max", [0, 2], 0)],
-                         ids=["min-keeps-lowest", "max-keeps-highest"])
+@pytest.mark.parametrize(
+    ("mode", "kept_epochs", "best_epoch"),
+    [("min", [3, 4], 3), ("max", [0, 2], 0)],
+    ids=["min-keeps-lowest", "max-keeps-highest"],
+)
 def test_top_k_keeps_exactly_the_k_best(tmp_path, make_trainer, tiny_model, data, mode, kept_epochs, best_epoch):
-    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpts", monitor="score", mode=mode, save_top_k=2,
-                                 filename="{epoch}-{score:.1f}")
+    checkpoint = ModelCheckpoint(
+        dirpath=tmp_path / "ckpts", monitor="score", mode=mode, save_top_k=2, filename="{epoch}-{score:.1f}"
+    )
     trainer = make_trainer(max_epochs=5, callbacks=[checkpoint])
     trainer.fit(tiny_model(scores=SCORES), data(), data())
 
@@ -144,17 +148,16 @@ def test_checkpoints_on_fsspec_urls(tmp_path, make_trainer, tiny_model, data, sc
             fs.rm(root.rsplit("/", 1)[0], recursive=True)
 
 
-def test_every_write_removal_and_existence_check_goes_through_the_checkpoint_io(tmp_path, make_trainer, tiny_model,
-                                                                                data, recording_io):
-    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="score", save_top_k=2, save_last=True,
-                                 filename="{epoch}")
+def test_every_write_removal_and_existence_check_goes_through_the_checkpoint_io(
+    tmp_path, make_trainer, tiny_model, data, recording_io
+):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="score", save_top_k=2, save_last=True, filename="{epoch}")
     trainer = make_trainer(max_epochs=5, callbacks=[checkpoint], plugins=[recording_io])
     trainer.fit(tiny_model(scores=SCORES), data(), data())
 
     saved, removed = recording_io.paths("save"), recording_io.paths("remove")
     # Scores 5, 3, 4, 1, 2 with k=2: epoch 2 replaces epoch 0, epoch 3 replaces 2, epoch 4 replaces 1.
-    assert removed == [str(tmp_path / "epoch=0.ckpt"), str(tmp_path / "epoch=2.ckpt"),
-                       str(tmp_path / "epoch=1.ckpt")]
+    assert removed == [str(tmp_path / "epoch=0.ckpt"), str(tmp_path / "epoch=2.ckpt"), str(tmp_path / "epoch=1.ckpt")]
     # What is on disk is exactly what the IO wrote and did not remove.
     assert files(tmp_path) == sorted({os.path.basename(p) for p in saved} - {os.path.basename(p) for p in removed})
     # Every removal waits for pending writes first.
@@ -265,8 +268,15 @@ def test_rotation_with_async_checkpoint_io_never_removes_during_a_write(tmp_path
         ("{epoch}-{missing}", True, {"epoch": 1}, "epoch=1-missing=0.ckpt"),
         ("model.ckpt", True, {}, "model.ckpt"),
     ],
-    ids=["default", "format-spec", "no-metric-name", "slash-and-tensor", "longer-name-first", "missing-is-0",
-         "extension-given"],
+    ids=[
+        "default",
+        "format-spec",
+        "no-metric-name",
+        "slash-and-tensor",
+        "longer-name-first",
+        "missing-is-0",
+        "extension-given",
+    ],
 )
 def test_filename_templates(filename, auto_insert, metrics, expected):
     checkpoint = ModelCheckpoint(dirpath="memory://x", filename=filename, auto_insert_metric_name=auto_insert)
@@ -293,7 +303,8 @@ def test_without_version_counter_a_name_is_overwritten(tmp_path, make_trainer, t
 def test_fixed_name_with_top_1_is_overwritten_in_place(tmp_path, make_trainer, tiny_model, data, recording_io):
     checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="best", monitor="score")
     make_trainer(max_epochs=5, callbacks=[checkpoint], plugins=[recording_io]).fit(
-        tiny_model(scores=SCORES), data(), data())
+        tiny_model(scores=SCORES), data(), data()
+    )
 
     assert files(tmp_path) == ["best.ckpt"]
     assert recording_io.paths("remove") == []
@@ -354,8 +365,12 @@ def test_state_round_trips_through_a_weights_only_checkpoint(tmp_path, make_trai
 
 
 def test_state_key_tells_configurations_apart():
-    keys = {ModelCheckpoint(monitor="a").state_key, ModelCheckpoint(monitor="b").state_key,
-            ModelCheckpoint(monitor="a", mode="max").state_key, ModelCheckpoint(every_n_train_steps=5).state_key}
+    keys = {
+        ModelCheckpoint(monitor="a").state_key,
+        ModelCheckpoint(monitor="b").state_key,
+        ModelCheckpoint(monitor="a", mode="max").state_key,
+        ModelCheckpoint(every_n_train_steps=5).state_key,
+    }
     assert len(keys) == 4
 
 
@@ -385,15 +400,17 @@ def test_weights_only_checkpoints(tmp_path, make_trainer, tiny_model, data):
     assert "optimizer_states" not in saved
 
 
-def test_nothing_is_saved_in_fast_dev_run_or_during_the_sanity_check(tmp_path, make_trainer, tiny_model, data,
-                                                                     recording_io):
+def test_nothing_is_saved_in_fast_dev_run_or_during_the_sanity_check(
+    tmp_path, make_trainer, tiny_model, data, recording_io
+):
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "dev")
     make_trainer(fast_dev_run=True, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
     assert files(tmp_path / "dev") == []
 
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "sanity", monitor="val_loss", save_on_train_epoch_end=False)
     make_trainer(max_epochs=1, num_sanity_val_steps=2, callbacks=[checkpoint], plugins=[recording_io]).fit(
-        tiny_model(), data(), data())
+        tiny_model(), data(), data()
+    )
     assert [os.path.basename(p) for p in recording_io.paths("save")] == ["epoch=0-step=8.ckpt"]
 
 

@@ -34,8 +34,9 @@ def run_everything(make_trainer, tiny_model, data, bar, **kwargs):
 def test_quiet_when_the_stream_is_not_a_terminal(make_trainer, tiny_model, data, capsys, monkeypatch):
     monkeypatch.delenv("TORCHPLUG_PROGRESS_BAR", raising=False)
     stream = io.StringIO()
-    trainer = make_trainer(max_epochs=2, enable_progress_bar=True, num_sanity_val_steps=2,
-                           callbacks=[ProgressBar(stream=stream)])
+    trainer = make_trainer(
+        max_epochs=2, enable_progress_bar=True, num_sanity_val_steps=2, callbacks=[ProgressBar(stream=stream)]
+    )
     trainer.fit(tiny_model(), data(), data())
 
     assert stream.getvalue() == ""
@@ -54,20 +55,38 @@ def test_the_default_bar_is_quiet_under_a_captured_stdout(make_trainer, tiny_mod
 
 def test_forced_bar_shows_loss_speed_version_and_prog_bar_metrics(tmp_path, make_trainer, tiny_model, data):
     stream = io.StringIO()
-    run_everything(make_trainer, tiny_model, data, ProgressBar(force=True, stream=stream), num_sanity_val_steps=1,
-                   logger=CSVLogger(tmp_path))
+    run_everything(
+        make_trainer,
+        tiny_model,
+        data,
+        ProgressBar(force=True, stream=stream),
+        num_sanity_val_steps=1,
+        logger=CSVLogger(tmp_path),
+    )
     out = stream.getvalue()
 
-    for text in ("Epoch 0", "Epoch 1", "8/8", "it/s", "loss=", "v_num=0", "train_loss_step=", "Sanity Checking",
-                 "Validation", "Testing", "Predicting"):
+    for text in (
+        "Epoch 0",
+        "Epoch 1",
+        "8/8",
+        "it/s",
+        "loss=",
+        "v_num=0",
+        "train_loss_step=",
+        "Sanity Checking",
+        "Validation",
+        "Testing",
+        "Predicting",
+    ):
         assert text in out, text
 
 
-@pytest.mark.parametrize(("setting", "stream_class", "shown"),
-                         [("1", io.StringIO, True), ("0", Terminal, False), ("", Terminal, True)],
-                         ids=["env-1-forces", "env-0-hides", "terminal"])
-def test_environment_variable_and_terminal(make_trainer, tiny_model, data, monkeypatch, setting, stream_class,
-                                           shown):
+@pytest.mark.parametrize(
+    ("setting", "stream_class", "shown"),
+    [("1", io.StringIO, True), ("0", Terminal, False), ("", Terminal, True)],
+    ids=["env-1-forces", "env-0-hides", "terminal"],
+)
+def test_environment_variable_and_terminal(make_trainer, tiny_model, data, monkeypatch, setting, stream_class, shown):
     monkeypatch.setenv("TORCHPLUG_PROGRESS_BAR", setting)
     stream = stream_class()
     trainer = make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[ProgressBar(stream=stream)])
@@ -105,8 +124,10 @@ def test_results_table_after_validate_and_test_even_when_quiet(make_trainer, tin
 
 
 def test_results_table_layout():
-    text = format_results([{"loss/dataloader_idx_0": 0.5, "acc/dataloader_idx_0": 1.0},
-                           {"loss/dataloader_idx_1": torch.tensor(0.25)}], "test")
+    text = format_results(
+        [{"loss/dataloader_idx_0": 0.5, "acc/dataloader_idx_0": 1.0}, {"loss/dataloader_idx_1": torch.tensor(0.25)}],
+        "test",
+    )
     lines = text.split("\n")
     assert lines[1].split() == ["Test", "metric", "DataLoader", "0", "DataLoader", "1"]
     assert lines[3].split() == ["acc", "1"]
@@ -144,8 +165,9 @@ def test_per_step_cost_of_the_batch_hook(make_trainer, tiny_model, data, capsys)
 
     quiet = ProgressBar(stream=io.StringIO())
     shown = ProgressBar(force=True, stream=io.StringIO())
-    shown.train_bar = shown._new_bar("Epoch 0", calls * 5, leave=True, position=0,
-                                     postfix=lambda: shown._train_postfix(trainer))
+    shown.train_bar = shown._new_bar(
+        "Epoch 0", calls * 5, leave=True, position=0, postfix=lambda: shown._train_postfix(trainer)
+    )
     quiet_us, shown_us = per_call(quiet), per_call(shown)
     shown.train_bar.close()
     with capsys.disabled():

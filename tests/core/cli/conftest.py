@@ -70,8 +70,9 @@ def core_process() -> CoreProcess:
 
     def run(*args: str | Path, cwd: Path = REPO_ROOT, timeout: float = 300, program: tuple[str, ...] = ()) -> Outcome:
         command = [sys.executable, *(program or ("-m", "torchplug")), *map(str, args)]
-        proc = subprocess.run(command, cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=timeout,
-                              check=False)
+        proc = subprocess.run(
+            command, cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=timeout, check=False
+        )
         return Outcome(proc.returncode, proc.stdout, proc.stderr)
 
     return run

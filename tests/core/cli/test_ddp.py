@@ -10,8 +10,10 @@ import torch
 
 from tests.core.cli.conftest import CORE_SCRIPT, TINY, CoreProcess, needs_core_script
 
-pytestmark = [pytest.mark.slow,
-              pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DDP re-launch is tested on Linux")]
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DDP re-launch is tested on Linux"),
+]
 
 #: How the command is started: the console script pip installs, or ``python -m torchplug``.
 PROGRAMS = {

@@ -22,8 +22,12 @@ from tests.core.cli.conftest import CORE_SCRIPT, REPO_ROOT, Core, CoreProcess, n
 pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install 'core[examples]')")
 
 CONFIG: Final = "examples/digits/config.yaml"
-QUICK: Final = ("--trainer.max_epochs=1", "--trainer.limit_train_batches=3", "--trainer.limit_val_batches=1",
-                "--trainer.num_sanity_val_steps=0")
+QUICK: Final = (
+    "--trainer.max_epochs=1",
+    "--trainer.limit_train_batches=3",
+    "--trainer.limit_val_batches=1",
+    "--trainer.num_sanity_val_steps=0",
+)
 #: The accuracy the README promises, and the time it promises it in (on 2 CPU cores).
 TARGET_ACCURACY: Final = 0.95
 TIME_LIMIT_S: Final = 60
@@ -55,8 +59,10 @@ def test_the_example_trains_with_checkpoints_and_csv_metrics(core: Core, tmp_pat
     assert 0 <= final_accuracy(result.out) <= 1
     assert "fit: 1 epoch(s), 3 step(s)" in result.out
     (version,) = tmp_path.glob("torchplug_logs/version_*")
-    assert {p.name for p in (version / "checkpoints").iterdir()} == {"epoch=0-val_acc=" + _best(result.out) + ".ckpt",
-                                                                      "last.ckpt"}
+    assert {p.name for p in (version / "checkpoints").iterdir()} == {
+        "epoch=0-val_acc=" + _best(result.out) + ".ckpt",
+        "last.ckpt",
+    }
     assert any(row.get("val_acc") for row in metric_rows(tmp_path))
     saved = yaml.safe_load((version / "config.yaml").read_text())
     assert saved["model"]["class_path"] == "examples.digits.DigitsClassifier"
@@ -70,9 +76,17 @@ def _best(out: str) -> str:
 
 @pytest.mark.usefixtures("in_repo_root")
 def test_the_example_trains_with_bf16_mixed(core: Core, tmp_path: Path) -> None:
-    result = core("fit", "--config", CONFIG, "--trainer.precision=bf16-mixed", "--trainer.logger=false",
-                  "--trainer.enable_checkpointing=false", "--trainer.callbacks=[]",
-                  f"--trainer.default_root_dir={tmp_path}", *QUICK)
+    result = core(
+        "fit",
+        "--config",
+        CONFIG,
+        "--trainer.precision=bf16-mixed",
+        "--trainer.logger=false",
+        "--trainer.enable_checkpointing=false",
+        "--trainer.callbacks=[]",
+        f"--trainer.default_root_dir={tmp_path}",
+        *QUICK,
+    )
     assert result.code == 0, result
     assert final_accuracy(result.out) >= 0
 
@@ -83,8 +97,14 @@ def test_the_example_validates_tests_and_predicts_from_its_checkpoint(core: Core
     (last,) = tmp_path.glob("torchplug_logs/version_0/checkpoints/last.ckpt")
     expected = {"validate": "val_acc", "test": "test_acc", "predict": "predict: 2 batch(es)"}
     for command, text in expected.items():
-        result = core(command, "--config", CONFIG, f"--ckpt_path={last}", "--trainer.logger=false",
-                      f"--trainer.default_root_dir={tmp_path}")
+        result = core(
+            command,
+            "--config",
+            CONFIG,
+            f"--ckpt_path={last}",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+        )
         assert result.code == 0, result
         assert text in result.out, result
 
@@ -104,11 +124,20 @@ def test_the_example_reaches_the_stated_accuracy_within_a_minute(core_process: C
 @pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="DDP re-launch is tested on Linux")
 @needs_core_script
-def test_the_example_trains_over_two_ddp_processes_from_the_core_script(core_process: CoreProcess,
-                                                                       tmp_path: Path) -> None:
-    result = core_process("fit", "--config", CONFIG, "--trainer.devices=2", "--trainer.strategy=ddp",
-                          "--trainer.max_epochs=4", f"--trainer.default_root_dir={tmp_path}",
-                          program=(str(CORE_SCRIPT),), cwd=REPO_ROOT)
+def test_the_example_trains_over_two_ddp_processes_from_the_core_script(
+    core_process: CoreProcess, tmp_path: Path
+) -> None:
+    result = core_process(
+        "fit",
+        "--config",
+        CONFIG,
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+        "--trainer.max_epochs=4",
+        f"--trainer.default_root_dir={tmp_path}",
+        program=(str(CORE_SCRIPT),),
+        cwd=REPO_ROOT,
+    )
     assert result.code == 0, result
     # 1259 training images, 630 per rank in batches of 64: 10 steps per epoch (20 in one process).
     assert result.out.count("fit: 4 epoch(s), 40 step(s)") == 1, result

@@ -14,8 +14,15 @@ from tests.core.cli.conftest import Core
 from torchplug.cli import main
 
 #: Variables that make a cluster environment detect itself; each test starts without them.
-CLUSTER_VARIABLES = ("TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "LSB_JOBID", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE",
-                     "KUBERNETES_SERVICE_HOST", "TORCHPLUG_CLUSTER_ENVIRONMENT")
+CLUSTER_VARIABLES = (
+    "TORCHELASTIC_RUN_ID",
+    "SLURM_JOB_ID",
+    "LSB_JOBID",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "KUBERNETES_SERVICE_HOST",
+    "TORCHPLUG_CLUSTER_ENVIRONMENT",
+)
 
 
 @pytest.fixture(autouse=True)

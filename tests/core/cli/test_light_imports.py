@@ -12,8 +12,9 @@ REPORT = "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'jsona
 
 
 def heavy_modules(code: str, *args: str) -> str:
-    result = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120,
-                            check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code, *args], capture_output=True, text=True, timeout=120, check=False
+    )
     return result.stderr.strip().splitlines()[-1]
 
 
@@ -22,11 +23,14 @@ def test_import_torchplug_cli_is_light() -> None:
     assert heavy_modules(code) == "[]"
 
 
-@pytest.mark.parametrize("command", [["plugins", "list"], ["plugins", "list", "--json"], ["--help"], ["--version"]],
-                         ids=" ".join)
+@pytest.mark.parametrize(
+    "command", [["plugins", "list"], ["plugins", "list", "--json"], ["--help"], ["--version"]], ids=" ".join
+)
 def test_listing_commands_are_light(command: list[str]) -> None:
-    code = ("import runpy, sys; sys.argv = ['core', *sys.argv[1:]]\n"
-            "try:\n    runpy.run_module('torchplug', run_name='__main__')\nexcept SystemExit:\n    pass\n" + REPORT)
+    code = (
+        "import runpy, sys; sys.argv = ['core', *sys.argv[1:]]\n"
+        "try:\n    runpy.run_module('torchplug', run_name='__main__')\nexcept SystemExit:\n    pass\n" + REPORT
+    )
     assert heavy_modules(code, *command) == "[]"
 
 

@@ -27,7 +27,9 @@ def write(path: Path, text: str) -> Path:
 @pytest.fixture
 def config(tmp_path: Path) -> Path:
     """A complete config of a two-epoch run of the tiny model, logging under ``tmp_path``."""
-    return write(tmp_path / "config.yaml", f"""
+    return write(
+        tmp_path / "config.yaml",
+        f"""
         seed_everything: 7
         trainer:
           max_epochs: 2
@@ -39,7 +41,8 @@ def config(tmp_path: Path) -> Path:
             hidden: 16
         data:
           class_path: {TINY}.TinyData
-    """)
+    """,
+    )
 
 
 def metrics(root: Path) -> list[dict[str, str]]:
@@ -64,13 +67,16 @@ def test_fit_with_a_config_file_trains_and_saves_the_config(core: Core, config: 
 
 
 def test_later_config_files_and_options_override_earlier_ones(core: Core, config: Path, tmp_path: Path) -> None:
-    second = write(tmp_path / "second.yaml", """
+    second = write(
+        tmp_path / "second.yaml",
+        """
         trainer:
           max_epochs: 5
         model:
           init_args:
             hidden: 3
-    """)
+    """,
+    )
     result = core("fit", "--config", str(config), "--config", str(second), "--model.lr=0.5", "--print_config")
     assert result.code == 0, result
     data = yaml.safe_load(result.out)
@@ -97,9 +103,17 @@ def test_print_config_then_fit_from_it(core: Core, config: Path, tmp_path: Path)
 
 
 def test_model_and_data_given_as_options(core: Core, tmp_path: Path) -> None:
-    result = core("fit", f"--model={TINY}.TinyModel", "--model.hidden=4", f"--data.class_path={TINY}.TinyData",
-                  "--data.init_args.batch_size=32", "--trainer.max_steps=3", "--trainer.logger=false",
-                  f"--trainer.default_root_dir={tmp_path}", *QUIET)
+    result = core(
+        "fit",
+        f"--model={TINY}.TinyModel",
+        "--model.hidden=4",
+        f"--data.class_path={TINY}.TinyData",
+        "--data.init_args.batch_size=32",
+        "--trainer.max_steps=3",
+        "--trainer.logger=false",
+        f"--trainer.default_root_dir={tmp_path}",
+        *QUIET,
+    )
     assert result.code == 0, result
     assert "3 step(s)" in result.out
 
@@ -155,8 +169,14 @@ def test_seed_everything_false_does_not_seed() -> None:
 
 
 def test_resolve_prints_the_decision_trace_and_does_not_train(core: Core, tmp_path: Path) -> None:
-    result = core("fit", "--resolve", "--trainer.devices=2", "--trainer.strategy=ddp", "--trainer.precision=bf16",
-                  f"--trainer.default_root_dir={tmp_path}")
+    result = core(
+        "fit",
+        "--resolve",
+        "--trainer.devices=2",
+        "--trainer.strategy=ddp",
+        "--trainer.precision=bf16",
+        f"--trainer.default_root_dir={tmp_path}",
+    )
     assert result.code == 0, result
     lines = {line.split()[0]: line for line in result.out.splitlines()}
     assert lines["accelerator"].split()[1] == "cpu"
@@ -177,26 +197,33 @@ def test_resolve_with_a_model_leaves_it_out(core: Core, config: Path, tmp_path: 
 # -- bad input: exit code 2, the option named, the choices listed, no traceback -------------------
 
 BAD_INPUT = {
-    "unknown-accelerator": (["--trainer.accelerator=cpuu"],
-                            ["--trainer.accelerator=cpuu", "Unknown accelerator 'cpuu'", "Did you mean 'cpu'",
-                             "Installed: cpu"]),
+    "unknown-accelerator": (
+        ["--trainer.accelerator=cpuu"],
+        ["--trainer.accelerator=cpuu", "Unknown accelerator 'cpuu'", "Did you mean 'cpu'", "Installed: cpu"],
+    ),
     "unknown-strategy": (["--trainer.strategy=dpp"], ["--trainer.strategy=dpp", "Did you mean 'ddp'", "Installed:"]),
     "unknown-precision": (["--trainer.precision=bf61-mixed"], ["--trainer.precision", "Installed:", "bf16-mixed"]),
     "unknown-plugin": (["--trainer.plugins=[asyncc]"], ["--trainer.plugins=asyncc", "Did you mean 'async'"]),
     "bad-devices": (["--trainer.devices=zero"], ["--trainer.devices", "devices='zero' is not valid", "positive int"]),
     "no-devices": (["--trainer.devices=0"], ["--trainer.devices", "devices=0 selects no device"]),
-    "conflicting-arguments": (["--trainer.strategy=single_device", "--trainer.devices=2"],
-                              ["--trainer.strategy", "Hint: use strategy='ddp'"]),
+    "conflicting-arguments": (
+        ["--trainer.strategy=single_device", "--trainer.devices=2"],
+        ["--trainer.strategy", "Hint: use strategy='ddp'"],
+    ),
     "bad-loop-argument": (["--trainer.max_epochs=-3"], ["--trainer.max_epochs", "positive int"]),
     "missing-class": ([f"--model={TINY}.Missing"], [f"--model={TINY}.Missing", "torchplug.Module subclass"]),
     "missing-module": (["--model=nope.Missing"], ["--model=nope.Missing", "No module named 'nope'"]),
     "not-a-module": (["--model=torch.nn.Linear"], ["--model=torch.nn.Linear", "not a subclass of Module"]),
     "missing-data-class": (["--data=nope.Data"], ["--data=nope.Data", "torchplug.DataModule subclass"]),
     "bad-init-arg": (["--model.hidden=wide"], ["--model.hidden", "wide"]),
-    "unknown-option": (["--trainer.max_epoch=3"], ["unrecognized arguments: --trainer.max_epoch=3",
-                                                    "Did you mean '--trainer.max_epochs'"]),
-    "unknown-init-arg": (["--model.hiden=3"], ["--model.hiden: TinyModel takes no argument 'hiden'",
-                                               "Did you mean 'hidden'", "Its arguments: hidden, lr"]),
+    "unknown-option": (
+        ["--trainer.max_epoch=3"],
+        ["unrecognized arguments: --trainer.max_epoch=3", "Did you mean '--trainer.max_epochs'"],
+    ),
+    "unknown-init-arg": (
+        ["--model.hiden=3"],
+        ["--model.hiden: TinyModel takes no argument 'hiden'", "Did you mean 'hidden'", "Its arguments: hidden, lr"],
+    ),
     "unknown-data-arg": (["--data.init_args.batch_sise=3"], ["--data.init_args.batch_sise", "'batch_size'"]),
     "negative-devices": (["--trainer.devices=-3"], ["--trainer.devices", "devices=-3 is not valid"]),
     "bad-seed": (["--seed_everything=-1"], ["--seed_everything", "between 0 and 2**32 - 1"]),
@@ -222,14 +249,16 @@ def test_missing_model_is_a_usage_error(core: Core) -> None:
 
 
 def test_misconfiguration_found_while_running_is_a_usage_error(core: Core, tmp_path: Path) -> None:
-    result = core("fit", f"--model={TINY}.TinyModel", "--trainer.logger=false",
-                  f"--trainer.default_root_dir={tmp_path}", *QUIET)  # no --data: nothing to train on
+    result = core(
+        "fit", f"--model={TINY}.TinyModel", "--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}", *QUIET
+    )  # no --data: nothing to train on
     assert result.code == 2, result
     assert "fit() needs training data" in result.err
 
 
-@pytest.mark.parametrize("text", ["trainer: [max_epochs", "trainer:\n\tmax_epochs: 1\n", "a: b: c"],
-                         ids=["bracket", "tab", "colon"])
+@pytest.mark.parametrize(
+    "text", ["trainer: [max_epochs", "trainer:\n\tmax_epochs: 1\n", "a: b: c"], ids=["bracket", "tab", "colon"]
+)
 def test_invalid_yaml_config_is_a_usage_error(core: Core, tmp_path: Path, text: str) -> None:
     path = tmp_path / "broken.yaml"
     path.write_text(text)
@@ -241,18 +270,22 @@ def test_invalid_yaml_config_is_a_usage_error(core: Core, tmp_path: Path, text: 
 
 BAD_CONFIGS = {
     "not-a-mapping": ("- trainer\n- model\n", ["expected a mapping of options", "got a list"]),
-    "unknown-option": ("trainer:\n  max_epoch: 3\n", ["trainer.max_epoch (in a config file): no such option",
-                                                      "Did you mean '--trainer.max_epochs'"]),
-    "unknown-init-arg": (f"model:\n  class_path: {TINY}.TinyModel\n  init_args:\n    hiden: 3\n",
-                         ["model.init_args.hiden (in a config file): TinyModel takes no argument 'hiden'",
-                          "Did you mean 'hidden'"]),
+    "unknown-option": (
+        "trainer:\n  max_epoch: 3\n",
+        ["trainer.max_epoch (in a config file): no such option", "Did you mean '--trainer.max_epochs'"],
+    ),
+    "unknown-init-arg": (
+        f"model:\n  class_path: {TINY}.TinyModel\n  init_args:\n    hiden: 3\n",
+        ["model.init_args.hiden (in a config file): TinyModel takes no argument 'hiden'", "Did you mean 'hidden'"],
+    ),
     "bad-value": ("trainer:\n  max_epochs: many\n", ["--trainer.max_epochs", "many"]),
 }
 
 
 @pytest.mark.parametrize(("text", "expected"), BAD_CONFIGS.values(), ids=BAD_CONFIGS.keys())
-def test_a_config_file_with_bad_content_is_a_usage_error(core: Core, tmp_path: Path, text: str,
-                                                         expected: list[str]) -> None:
+def test_a_config_file_with_bad_content_is_a_usage_error(
+    core: Core, tmp_path: Path, text: str, expected: list[str]
+) -> None:
     path = write(tmp_path / "bad.yaml", text)
     result = core("fit", f"--model={TINY}.TinyModel", "--config", str(path))
     assert result.code == 2, result
@@ -272,9 +305,11 @@ def test_the_core_script_names_the_subcommand_in_errors(core_process: CoreProces
 
 def test_errors_of_a_real_process_have_no_traceback(core_process: CoreProcess, tmp_path: Path) -> None:
     broken = write(tmp_path / "broken.yaml", "trainer: [")
-    for args in (["fit", "--trainer.accelerator=cpuu", f"--model={TINY}.TinyModel"],
-                 ["fit", "--config", str(broken)],
-                 ["test", "--model=nope.Missing"]):
+    for args in (
+        ["fit", "--trainer.accelerator=cpuu", f"--model={TINY}.TinyModel"],
+        ["fit", "--config", str(broken)],
+        ["test", "--model=nope.Missing"],
+    ):
         result = core_process(*args)
         assert result.code == 2, result
         assert "Traceback" not in result.err, result
@@ -282,8 +317,14 @@ def test_errors_of_a_real_process_have_no_traceback(core_process: CoreProcess, t
 
 
 def test_an_error_while_training_keeps_its_traceback_and_exits_1(core_process: CoreProcess, tmp_path: Path) -> None:
-    result = core_process("fit", f"--model={TINY}.BuggyModel", f"--data={TINY}.TinyData", "--trainer.logger=false",
-                          f"--trainer.default_root_dir={tmp_path}", *QUIET)
+    result = core_process(
+        "fit",
+        f"--model={TINY}.BuggyModel",
+        f"--data={TINY}.TinyData",
+        "--trainer.logger=false",
+        f"--trainer.default_root_dir={tmp_path}",
+        *QUIET,
+    )
     assert result.code == 1, result
     assert "Traceback (most recent call last)" in result.err
     assert "RuntimeError: bug in training_step" in result.err
@@ -306,8 +347,9 @@ def test_trainer_cli_gives_a_script_the_subcommands(core_process: CoreProcess, t
     assert help_text.code == 0
     for command in ("fit", "validate", "test", "predict"):
         assert command in help_text.out
-    fit = core_process("fit", "--model.hidden=4", f"--trainer.default_root_dir={tmp_path}", program=(str(script),),
-                       cwd=tmp_path)
+    fit = core_process(
+        "fit", "--model.hidden=4", f"--trainer.default_root_dir={tmp_path}", program=(str(script),), cwd=tmp_path
+    )
     assert fit.code == 0, fit
     assert "fit: 1 epoch(s), 4 step(s)" in fit.out
     (saved,) = tmp_path.glob("torchplug_logs/version_0/config.yaml")
@@ -318,8 +360,18 @@ def test_trainer_cli_gives_a_script_the_subcommands(core_process: CoreProcess, t
 
 
 def test_trainer_cli_without_run_builds_the_objects(tmp_path: Path) -> None:
-    cli = TrainerCLI(TinyModel, TinyData, args=["--model.hidden=5", "--trainer.max_epochs=1", "--trainer.logger=false",
-                                                f"--trainer.default_root_dir={tmp_path}", *QUIET], run=False)
+    cli = TrainerCLI(
+        TinyModel,
+        TinyData,
+        args=[
+            "--model.hidden=5",
+            "--trainer.max_epochs=1",
+            "--trainer.logger=false",
+            f"--trainer.default_root_dir={tmp_path}",
+            *QUIET,
+        ],
+        run=False,
+    )
     assert isinstance(cli.model, TinyModel)
     assert cli.model.hparams.hidden == 5
     assert isinstance(cli.datamodule, TinyData)
@@ -329,8 +381,12 @@ def test_trainer_cli_without_run_builds_the_objects(tmp_path: Path) -> None:
 
 
 def test_trainer_cli_subclass_mode(tmp_path: Path) -> None:
-    cli = TrainerCLI(TinyModel, subclass_mode_model=True, run=False,
-                     args=[f"--model={TINY}.BuggyModel", "--model.hidden=2", f"--data={TINY}.TinyData"])
+    cli = TrainerCLI(
+        TinyModel,
+        subclass_mode_model=True,
+        run=False,
+        args=[f"--model={TINY}.BuggyModel", "--model.hidden=2", f"--data={TINY}.TinyData"],
+    )
     assert type(cli.model).__name__ == "BuggyModel"
     with pytest.raises(SystemExit) as exit_info:
         TrainerCLI(TinyModel, subclass_mode_model=True, run=False, args=["--model=torchplug.Module"])

@@ -22,10 +22,31 @@ from torchplug.environments.kubeflow import KubeflowEnvironment
 from torchplug.environments.local import LocalEnvironment
 from torchplug.environments.torchelastic import TorchElasticEnvironment
 
-_PREFIXES = ("TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "PALS_", "MPI_LOCAL", "LSB_", "JSM_",
-             "SLURM_", "KUBERNETES_", "PET_", "TORCHPLUG_")
-_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-          "MASTER_PORT")
+_PREFIXES = (
+    "TORCHELASTIC_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "MV2_",
+    "PALS_",
+    "MPI_LOCAL",
+    "LSB_",
+    "JSM_",
+    "SLURM_",
+    "KUBERNETES_",
+    "PET_",
+    "TORCHPLUG_",
+)
+_NAMES = (
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 #: The registrations _builtin.py makes, as dotted paths (imported on first use).
 BUILTINS = {
@@ -87,19 +108,36 @@ def registry(**extra: str | type) -> Registry:
     return reg
 
 
-TORCHRUN = {"TORCHELASTIC_RUN_ID": "job-1", "WORLD_SIZE": "4", "RANK": "1", "LOCAL_RANK": "1", "GROUP_RANK": "0",
-            "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+TORCHRUN = {
+    "TORCHELASTIC_RUN_ID": "job-1",
+    "WORLD_SIZE": "4",
+    "RANK": "1",
+    "LOCAL_RANK": "1",
+    "GROUP_RANK": "0",
+    "MASTER_ADDR": "node0",
+    "MASTER_PORT": "29500",
+}
 SLURM = {"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}
 OPEN_MPI = {"OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_LOCAL_RANK": "0"}
-PYTORCHJOB = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "MASTER_ADDR": "m-0", "MASTER_PORT": "23456", "WORLD_SIZE": "2",
-              "RANK": "0"}
+PYTORCHJOB = {
+    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+    "MASTER_ADDR": "m-0",
+    "MASTER_PORT": "23456",
+    "WORLD_SIZE": "2",
+    "RANK": "0",
+}
 
 
 def lsf_job(tmp_path: Path) -> dict[str, str]:
     rankfile = tmp_path / "rankfile"
     rankfile.write_text("batch1\nnodeA\n")
-    return {"LSB_JOBID": "1", "LSB_DJOB_RANKFILE": str(rankfile), "JSM_NAMESPACE_SIZE": "2",
-            "JSM_NAMESPACE_RANK": "0", "JSM_NAMESPACE_LOCAL_RANK": "0"}
+    return {
+        "LSB_JOBID": "1",
+        "LSB_DJOB_RANKFILE": str(rankfile),
+        "JSM_NAMESPACE_SIZE": "2",
+        "JSM_NAMESPACE_RANK": "0",
+        "JSM_NAMESPACE_LOCAL_RANK": "0",
+    }
 
 
 @pytest.mark.parametrize(
@@ -120,8 +158,14 @@ def lsf_job(tmp_path: Path) -> dict[str, str]:
 def test_the_highest_priority_detected_environment_wins(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path, scenario: str, expected: str
 ) -> None:
-    envs = {"torchrun": TORCHRUN, "slurm": SLURM, "mpi": OPEN_MPI, "kubeflow": PYTORCHJOB, "lsf": lsf_job(tmp_path),
-            "plain": {}}
+    envs = {
+        "torchrun": TORCHRUN,
+        "slurm": SLURM,
+        "mpi": OPEN_MPI,
+        "kubeflow": PYTORCHJOB,
+        "lsf": lsf_job(tmp_path),
+        "plain": {},
+    }
     for part in scenario.split("+"):
         set_env(monkeypatch, envs[part])
     selection = select_cluster_environment(registry())
@@ -235,8 +279,9 @@ def test_force_a_broken_environment_raises_its_error() -> None:
 @pytest.mark.parametrize(
     ("target", "error"),
     [
-        pytest.param("tp_no_such_module:Env", "ModuleNotFoundError: No module named 'tp_no_such_module'",
-                     id="import-fails"),
+        pytest.param(
+            "tp_no_such_module:Env", "ModuleNotFoundError: No module named 'tp_no_such_module'", id="import-fails"
+        ),
         pytest.param("torchplug.environments.local:find_free_port", "TypeError:", id="not-a-cluster-environment"),
     ],
 )
@@ -253,8 +298,10 @@ def test_a_raising_detect_is_reported_and_treated_as_not_detected(monkeypatch: p
     set_env(monkeypatch, SLURM)
     selection = select_cluster_environment(registry(raising=RaisingDetect))
     assert selection.name == "slurm"
-    assert selection.trace[:2] == ("torchelastic: not detected (TORCHELASTIC_RUN_ID not set)",
-                                   "raising: broken: detect() raised RuntimeError: boom")
+    assert selection.trace[:2] == (
+        "torchelastic: not detected (TORCHELASTIC_RUN_ID not set)",
+        "raising: broken: detect() raised RuntimeError: boom",
+    )
 
 
 class _TwoProviders:
@@ -287,8 +334,10 @@ def test_a_name_two_distributions_claim_is_reported_not_asked() -> None:
     host.provider = None
     selection = select_cluster_environment(reg, {})
     assert selection.name == "local"
-    assert selection.trace[0].startswith("shared: not asked (provided by several distributions: vendor-a 1.0, "
-                                         "vendor-b 1.0; pick one with TORCHPLUG_PREFER=shared=<distribution>)")
+    assert selection.trace[0].startswith(
+        "shared: not asked (provided by several distributions: vendor-a 1.0, "
+        "vendor-b 1.0; pick one with TORCHPLUG_PREFER=shared=<distribution>)"
+    )
 
 
 def test_selection_does_not_write_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

@@ -10,14 +10,38 @@ from tests.environment_support import assert_no_method_writes_the_environment, s
 from torchplug import MisconfigurationError
 from torchplug.environments.kubeflow import KubeflowEnvironment
 
-_PREFIXES = ("TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "PALS_", "MPI_LOCAL", "LSB_", "JSM_",
-             "SLURM_", "KUBERNETES_", "PET_", "TORCHPLUG_")
-_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-          "MASTER_PORT")
+_PREFIXES = (
+    "TORCHELASTIC_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "MV2_",
+    "PALS_",
+    "MPI_LOCAL",
+    "LSB_",
+    "JSM_",
+    "SLURM_",
+    "KUBERNETES_",
+    "PET_",
+    "TORCHPLUG_",
+)
+_NAMES = (
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 #: What any Kubernetes pod has: Lightning's old detection matched this alone.
-ANY_POD = {"KUBERNETES_SERVICE_HOST": "10.0.0.1", "KUBERNETES_PORT": "tcp://10.0.0.1:443",
-           "KUBERNETES_SERVICE_PORT": "443"}
+ANY_POD = {
+    "KUBERNETES_SERVICE_HOST": "10.0.0.1",
+    "KUBERNETES_PORT": "tcp://10.0.0.1:443",
+    "KUBERNETES_SERVICE_PORT": "443",
+}
 #: What the training operator adds in each pod of a PyTorchJob.
 PYTORCHJOB = {**ANY_POD, "MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "4", "RANK": "2"}
 
@@ -89,13 +113,28 @@ def test_validate_settings_accepts_one_device_per_pod(monkeypatch: pytest.Monkey
 @pytest.mark.parametrize(
     ("extra", "devices", "num_nodes", "parts"),
     [
-        pytest.param({}, 2, 4, ["You set `devices=2`", "one process per pod", "Hint: set `devices=1` and "
-                                "`num_nodes=4`", "torchrun --nproc_per_node"], id="several-devices"),
-        pytest.param({}, 1, 2, ["You set `num_nodes=2`", "WORLD_SIZE=4 pods", "Hint: set `num_nodes=4`"],
-                     id="wrong-num-nodes"),
-        pytest.param({"PET_NPROC_PER_NODE": "4"}, 1, 4, ["nprocPerNode=4 (PET_NPROC_PER_NODE)",
-                                                         "not started by torchrun", "Hint:", "torchelastic"],
-                     id="nproc-per-node-without-torchrun"),
+        pytest.param(
+            {},
+            2,
+            4,
+            [
+                "You set `devices=2`",
+                "one process per pod",
+                "Hint: set `devices=1` and `num_nodes=4`",
+                "torchrun --nproc_per_node",
+            ],
+            id="several-devices",
+        ),
+        pytest.param(
+            {}, 1, 2, ["You set `num_nodes=2`", "WORLD_SIZE=4 pods", "Hint: set `num_nodes=4`"], id="wrong-num-nodes"
+        ),
+        pytest.param(
+            {"PET_NPROC_PER_NODE": "4"},
+            1,
+            4,
+            ["nprocPerNode=4 (PET_NPROC_PER_NODE)", "not started by torchrun", "Hint:", "torchelastic"],
+            id="nproc-per-node-without-torchrun",
+        ),
     ],
 )
 def test_validate_settings_errors(

@@ -12,10 +12,31 @@ from tests.environment_support import assert_no_method_writes_the_environment
 from torchplug import MisconfigurationError
 from torchplug.environments.lsf import LSFEnvironment
 
-_PREFIXES = ("TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "PALS_", "MPI_LOCAL", "LSB_", "JSM_",
-             "SLURM_", "KUBERNETES_", "PET_", "TORCHPLUG_")
-_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-          "MASTER_PORT")
+_PREFIXES = (
+    "TORCHELASTIC_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "MV2_",
+    "PALS_",
+    "MPI_LOCAL",
+    "LSB_",
+    "JSM_",
+    "SLURM_",
+    "KUBERNETES_",
+    "PET_",
+    "TORCHPLUG_",
+)
+_NAMES = (
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 #: The launch node first, then one line per slot of each compute host.
 RANKFILE = "batch1\nnodeA\nnodeA\n\nnodeB\nnodeB\nnodeC\n"
@@ -39,8 +60,13 @@ def rankfile(tmp_path: Path) -> Path:
 @pytest.fixture
 def lsf_job(monkeypatch: pytest.MonkeyPatch, rankfile: Path) -> Path:
     """The variables of rank 3 of 6 (local rank 1), started by jsrun in LSF job 123456."""
-    for name, value in {"LSB_JOBID": "123456", "LSB_DJOB_RANKFILE": str(rankfile), "JSM_NAMESPACE_SIZE": "6",
-                        "JSM_NAMESPACE_RANK": "3", "JSM_NAMESPACE_LOCAL_RANK": "1"}.items():
+    for name, value in {
+        "LSB_JOBID": "123456",
+        "LSB_DJOB_RANKFILE": str(rankfile),
+        "JSM_NAMESPACE_SIZE": "6",
+        "JSM_NAMESPACE_RANK": "3",
+        "JSM_NAMESPACE_LOCAL_RANK": "1",
+    }.items():
         monkeypatch.setenv(name, value)
     return rankfile
 
@@ -178,8 +204,13 @@ def test_validate_settings() -> None:
     env.validate_settings(2, 3)
     with pytest.raises(MisconfigurationError) as info:
         env.validate_settings(4, 2)
-    for part in ["You set `devices=4` and `num_nodes=2` (8 processes)", "JSM_NAMESPACE_SIZE=6", "Hint:",
-                 "devices × num_nodes = 6", "jsrun"]:
+    for part in [
+        "You set `devices=4` and `num_nodes=2` (8 processes)",
+        "JSM_NAMESPACE_SIZE=6",
+        "Hint:",
+        "devices × num_nodes = 6",
+        "jsrun",
+    ]:
         assert part in str(info.value)
 
 

@@ -13,21 +13,54 @@ from tests.environment_support import assert_no_method_writes_the_environment, s
 from torchplug import MisconfigurationError
 from torchplug.environments.mpi import MPIEnvironment
 
-_PREFIXES = ("TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "PALS_", "MPI_LOCAL", "LSB_", "JSM_",
-             "SLURM_", "KUBERNETES_", "PET_", "TORCHPLUG_")
-_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-          "MASTER_PORT")
+_PREFIXES = (
+    "TORCHELASTIC_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "MV2_",
+    "PALS_",
+    "MPI_LOCAL",
+    "LSB_",
+    "JSM_",
+    "SLURM_",
+    "KUBERNETES_",
+    "PET_",
+    "TORCHPLUG_",
+)
+_NAMES = (
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
 #: Rank 6 of 8, local rank 2 of 4 (so on node 1), as each launcher says it.
-OPEN_MPI = {"OMPI_COMM_WORLD_SIZE": "8", "OMPI_COMM_WORLD_RANK": "6", "OMPI_COMM_WORLD_LOCAL_RANK": "2",
-            "OMPI_COMM_WORLD_LOCAL_SIZE": "4", "OMPI_COMM_WORLD_NODE_RANK": "2"}
-MVAPICH2 = {"MV2_COMM_WORLD_SIZE": "8", "MV2_COMM_WORLD_RANK": "6", "MV2_COMM_WORLD_LOCAL_RANK": "2",
-            "MV2_COMM_WORLD_LOCAL_SIZE": "4"}
+OPEN_MPI = {
+    "OMPI_COMM_WORLD_SIZE": "8",
+    "OMPI_COMM_WORLD_RANK": "6",
+    "OMPI_COMM_WORLD_LOCAL_RANK": "2",
+    "OMPI_COMM_WORLD_LOCAL_SIZE": "4",
+    "OMPI_COMM_WORLD_NODE_RANK": "2",
+}
+MVAPICH2 = {
+    "MV2_COMM_WORLD_SIZE": "8",
+    "MV2_COMM_WORLD_RANK": "6",
+    "MV2_COMM_WORLD_LOCAL_RANK": "2",
+    "MV2_COMM_WORLD_LOCAL_SIZE": "4",
+}
 HYDRA = {"PMI_SIZE": "8", "PMI_RANK": "6", "MPI_LOCALRANKID": "2", "MPI_LOCALNRANKS": "4"}
 CRAY_PALS = {"PMI_SIZE": "8", "PMI_RANK": "6", "PMI_LOCAL_RANK": "2", "PMI_LOCAL_SIZE": "4", "PALS_NODEID": "1"}
-LAUNCHERS = [pytest.param(OPEN_MPI, "Open MPI", id="open-mpi"), pytest.param(MVAPICH2, "MVAPICH2", id="mvapich2"),
-             pytest.param(HYDRA, "MPICH or Intel MPI (Hydra)", id="mpich-intel-hydra"),
-             pytest.param(CRAY_PALS, "Cray MPICH (PALS)", id="cray-pals")]
+LAUNCHERS = [
+    pytest.param(OPEN_MPI, "Open MPI", id="open-mpi"),
+    pytest.param(MVAPICH2, "MVAPICH2", id="mvapich2"),
+    pytest.param(HYDRA, "MPICH or Intel MPI (Hydra)", id="mpich-intel-hydra"),
+    pytest.param(CRAY_PALS, "Cray MPICH (PALS)", id="cray-pals"),
+]
 
 
 @pytest.fixture(autouse=True)
@@ -110,8 +143,15 @@ def test_pals_node_id_wins_over_the_computed_node_rank(monkeypatch: pytest.Monke
 
 def test_round_robin_placement_is_refused_not_guessed(monkeypatch: pytest.MonkeyPatch) -> None:
     # --map-by node on 2 nodes: rank 1 is the first process of the second node.
-    set_env(monkeypatch, {"OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_RANK": "1",
-                          "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"})
+    set_env(
+        monkeypatch,
+        {
+            "OMPI_COMM_WORLD_SIZE": "4",
+            "OMPI_COMM_WORLD_RANK": "1",
+            "OMPI_COMM_WORLD_LOCAL_RANK": "0",
+            "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+        },
+    )
     with pytest.raises(RuntimeError, match="did not place consecutive ranks on the same node") as info:
         MPIEnvironment().node_rank()
     assert "--map-by slot" in str(info.value)
@@ -178,12 +218,33 @@ def test_validate_settings_accepts_matching_flags(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize(
     ("env", "devices", "num_nodes", "parts"),
     [
-        pytest.param(OPEN_MPI, 2, 4, ["You set `devices=2`", "Open MPI started 4 processes on this node",
-                                      "OMPI_COMM_WORLD_LOCAL_SIZE=4", "Hint: set `devices=4`", "--npernode"],
-                     id="devices-vs-processes-on-node"),
-        pytest.param(HYDRA, 4, 1, ["You set `devices=4` and `num_nodes=1` (4 processes)", "PMI_SIZE=8",
-                                   "Hint:", "devices × num_nodes = 8", "mpirun -np 4", "-ppn"],
-                     id="total-vs-world-size"),
+        pytest.param(
+            OPEN_MPI,
+            2,
+            4,
+            [
+                "You set `devices=2`",
+                "Open MPI started 4 processes on this node",
+                "OMPI_COMM_WORLD_LOCAL_SIZE=4",
+                "Hint: set `devices=4`",
+                "--npernode",
+            ],
+            id="devices-vs-processes-on-node",
+        ),
+        pytest.param(
+            HYDRA,
+            4,
+            1,
+            [
+                "You set `devices=4` and `num_nodes=1` (4 processes)",
+                "PMI_SIZE=8",
+                "Hint:",
+                "devices × num_nodes = 8",
+                "mpirun -np 4",
+                "-ppn",
+            ],
+            id="total-vs-world-size",
+        ),
     ],
 )
 def test_validate_settings_errors(

@@ -10,13 +10,42 @@ from tests.environment_support import assert_no_method_writes_the_environment, s
 from torchplug import MisconfigurationError
 from torchplug.environments.torchelastic import TorchElasticEnvironment
 
-_PREFIXES = ("TORCHELASTIC_", "OMPI_", "PMI_", "PMIX_", "MV2_", "PALS_", "MPI_LOCAL", "LSB_", "JSM_",
-             "SLURM_", "KUBERNETES_", "PET_", "TORCHPLUG_")
-_NAMES = ("WORLD_SIZE", "RANK", "LOCAL_RANK", "GROUP_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK", "MASTER_ADDR",
-          "MASTER_PORT")
+_PREFIXES = (
+    "TORCHELASTIC_",
+    "OMPI_",
+    "PMI_",
+    "PMIX_",
+    "MV2_",
+    "PALS_",
+    "MPI_LOCAL",
+    "LSB_",
+    "JSM_",
+    "SLURM_",
+    "KUBERNETES_",
+    "PET_",
+    "TORCHPLUG_",
+)
+_NAMES = (
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "GROUP_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+)
 
-TORCHRUN = {"TORCHELASTIC_RUN_ID": "job-1", "WORLD_SIZE": "8", "RANK": "5", "LOCAL_RANK": "1", "GROUP_RANK": "1",
-            "LOCAL_WORLD_SIZE": "4", "MASTER_ADDR": "node0", "MASTER_PORT": "29500"}
+TORCHRUN = {
+    "TORCHELASTIC_RUN_ID": "job-1",
+    "WORLD_SIZE": "8",
+    "RANK": "5",
+    "LOCAL_RANK": "1",
+    "GROUP_RANK": "1",
+    "LOCAL_WORLD_SIZE": "4",
+    "MASTER_ADDR": "node0",
+    "MASTER_PORT": "29500",
+}
 
 
 @pytest.fixture(autouse=True)
@@ -33,8 +62,9 @@ def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
         pytest.param(TORCHRUN, True, id="torchrun"),
         pytest.param({k: v for k, v in TORCHRUN.items() if k != "GROUP_RANK"}, True, id="torchrun-without-group-rank"),
         pytest.param({}, False, id="plain-machine"),
-        pytest.param({k: v for k, v in TORCHRUN.items() if k != "TORCHELASTIC_RUN_ID"}, False,
-                     id="rank-variables-without-run-id"),
+        pytest.param(
+            {k: v for k, v in TORCHRUN.items() if k != "TORCHELASTIC_RUN_ID"}, False, id="rank-variables-without-run-id"
+        ),
         pytest.param({"TORCHELASTIC_RUN_ID": "job-1"}, False, id="run-id-without-rank-variables"),
         pytest.param({"SLURM_NTASKS": "2", "SLURM_PROCID": "0"}, False, id="slurm-only"),
     ],
@@ -109,17 +139,44 @@ def test_validate_settings_accepts_matching_flags(monkeypatch: pytest.MonkeyPatc
 @pytest.mark.parametrize(
     ("env", "devices", "num_nodes", "parts"),
     [
-        pytest.param(TORCHRUN, 2, 4, ["You set `devices=2`", "torchrun started 4 processes per node",
-                                      "`--nproc_per_node=4`", "LOCAL_WORLD_SIZE=4", "Hint: set `devices=4`"],
-                     id="devices-vs-nproc-per-node"),
-        pytest.param(TORCHRUN, 4, 1, ["You set `devices=4` and `num_nodes=1` (4 processes)",
-                                      "torchrun started WORLD_SIZE=8 processes", "`--nproc_per_node` × `--nnodes`",
-                                      "Hint:", "`num_nodes=2`"],
-                     id="num-nodes-vs-nnodes"),
-        pytest.param({k: v for k, v in TORCHRUN.items() if k != "LOCAL_WORLD_SIZE"}, 2, 1,
-                     ["You set `devices=2` and `num_nodes=1` (2 processes)", "WORLD_SIZE=8",
-                      "`num_nodes=` to match `--nnodes`", "devices × num_nodes = 8"],
-                     id="total-without-local-world-size"),
+        pytest.param(
+            TORCHRUN,
+            2,
+            4,
+            [
+                "You set `devices=2`",
+                "torchrun started 4 processes per node",
+                "`--nproc_per_node=4`",
+                "LOCAL_WORLD_SIZE=4",
+                "Hint: set `devices=4`",
+            ],
+            id="devices-vs-nproc-per-node",
+        ),
+        pytest.param(
+            TORCHRUN,
+            4,
+            1,
+            [
+                "You set `devices=4` and `num_nodes=1` (4 processes)",
+                "torchrun started WORLD_SIZE=8 processes",
+                "`--nproc_per_node` × `--nnodes`",
+                "Hint:",
+                "`num_nodes=2`",
+            ],
+            id="num-nodes-vs-nnodes",
+        ),
+        pytest.param(
+            {k: v for k, v in TORCHRUN.items() if k != "LOCAL_WORLD_SIZE"},
+            2,
+            1,
+            [
+                "You set `devices=2` and `num_nodes=1` (2 processes)",
+                "WORLD_SIZE=8",
+                "`num_nodes=` to match `--nnodes`",
+                "devices × num_nodes = 8",
+            ],
+            id="total-without-local-world-size",
+        ),
     ],
 )
 def test_validate_settings_errors_name_the_flags(

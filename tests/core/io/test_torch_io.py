@@ -112,6 +112,7 @@ def test_fsync_flushes_the_file_and_its_directory(tmp_path: Path, monkeypatch: p
 
 # -- a real SIGKILL in the middle of a save -----------------------------------------------------
 
+
 @pytest.mark.slow
 @pytest.mark.parametrize("kill_after_mb", [1, 64, 128], ids=lambda mb: f"killed-after-{mb}MB-of-144MB")
 def test_sigkill_mid_save_leaves_the_last_complete_checkpoint(tmp_path: Path, kill_after_mb: int) -> None:

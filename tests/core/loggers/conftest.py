@@ -44,8 +44,15 @@ def fit_with() -> Callable[..., tuple[Trainer, LoggingModel]]:
         x = torch.randn(32, 4)
         loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=4)
         kwargs.setdefault("max_epochs", 2)
-        trainer = Trainer(accelerator="cpu", devices=1, logger=logger, enable_progress_bar=False,
-                          num_sanity_val_steps=0, log_every_n_steps=2, **kwargs)
+        trainer = Trainer(
+            accelerator="cpu",
+            devices=1,
+            logger=logger,
+            enable_progress_bar=False,
+            num_sanity_val_steps=0,
+            log_every_n_steps=2,
+            **kwargs,
+        )
         model = LoggingModel(lr=0.01, name="regression")
         trainer.fit(model, loader, loader)
         return trainer, model

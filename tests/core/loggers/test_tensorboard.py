@@ -13,8 +13,9 @@ import torch
 from torchplug.loggers import TensorBoardLogger
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
-needs_tensorboard = pytest.mark.skipif(not HAS_TENSORBOARD, reason="tensorboard is not installed "
-                                       "(pip install -c constraints.txt tensorboard)")
+needs_tensorboard = pytest.mark.skipif(
+    not HAS_TENSORBOARD, reason="tensorboard is not installed (pip install -c constraints.txt tensorboard)"
+)
 
 
 def scalars(log_dir: str) -> dict[str, list[tuple[int, float]]]:

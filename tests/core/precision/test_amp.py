@@ -35,8 +35,12 @@ def model_and_optimizer() -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     return model, torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
 
 
-def closure_for(plugin: MixedPrecision, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                after_backward: Callable[[], None] | None = None) -> Callable[[], torch.Tensor]:
+def closure_for(
+    plugin: MixedPrecision,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    after_backward: Callable[[], None] | None = None,
+) -> Callable[[], torch.Tensor]:
     x = torch.randn(64, 8, generator=torch.Generator().manual_seed(1))
     y = x.sum(dim=1, keepdim=True)
 
@@ -83,8 +87,9 @@ def test_nothing_is_known_about_the_device_before_connect_accelerator() -> None:
         plugin.forward_context()
 
 
-@pytest.mark.parametrize(("precision", "scaled"), [("16-mixed", True), ("bf16-mixed", False)],
-                         ids=["16-mixed", "bf16-mixed"])
+@pytest.mark.parametrize(
+    ("precision", "scaled"), [("16-mixed", True), ("bf16-mixed", False)], ids=["16-mixed", "bf16-mixed"]
+)
 def test_connect_accelerator_sets_the_autocast_device_type_and_the_scaler(precision: str, scaled: bool) -> None:
     plugin = connected(precision)
     assert plugin.device_type == "cpu"
@@ -92,8 +97,9 @@ def test_connect_accelerator_sets_the_autocast_device_type_and_the_scaler(precis
     assert repr(plugin) == f"MixedPrecision(precision={precision!r}, device_type='cpu')"
 
 
-@pytest.mark.parametrize(("precision", "hint"), [("16-mixed", "'16-true'"), ("bf16-mixed", "'bf16-true'")],
-                         ids=["16-mixed", "bf16-mixed"])
+@pytest.mark.parametrize(
+    ("precision", "hint"), [("16-mixed", "'16-true'"), ("bf16-mixed", "'bf16-true'")], ids=["16-mixed", "bf16-mixed"]
+)
 def test_an_accelerator_without_autocast_is_refused_with_a_hint(precision: str, hint: str) -> None:
     plugin = MixedPrecision(precision=precision)
     with pytest.raises(MisconfigurationError) as info:
@@ -119,8 +125,11 @@ def test_a_given_scaler_is_used() -> None:
 # -- forward ---------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("precision", "dtype"), [("16-mixed", torch.float16), ("bf16-mixed", torch.bfloat16)],
-                         ids=["16-mixed", "bf16-mixed"])
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [("16-mixed", torch.float16), ("bf16-mixed", torch.bfloat16)],
+    ids=["16-mixed", "bf16-mixed"],
+)
 def test_autocast_runs_matmuls_in_16_bits_and_keeps_the_weights_in_float32(precision: str, dtype: torch.dtype) -> None:
     plugin = connected(precision)
     layer = plugin.convert_module(torch.nn.Linear(4, 4))
@@ -235,8 +244,9 @@ def test_a_resumed_run_continues_bit_exactly() -> None:
     train(plugin, model, optimizer, steps=4)  # the first steps overflow: the scale has moved
     assert plugin.scaler.get_scale() < 2.0**16
     buffer = io.BytesIO()
-    torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                "precision": plugin.state_dict()}, buffer)
+    torch.save(
+        {"model": model.state_dict(), "optimizer": optimizer.state_dict(), "precision": plugin.state_dict()}, buffer
+    )
     train(plugin, model, optimizer, steps=4)
 
     def resume(load_precision: bool) -> tuple[MixedPrecision, torch.nn.Module]:

@@ -23,12 +23,20 @@ NAMES = list(PLUGINS)
 
 #: dtype of the parameters, and of the activations under forward_context, for each precision.
 PARAM_DTYPE = {
-    "64-true": torch.float64, "32-true": torch.float32, "16-mixed": torch.float32,
-    "bf16-mixed": torch.float32, "16-true": torch.float16, "bf16-true": torch.bfloat16,
+    "64-true": torch.float64,
+    "32-true": torch.float32,
+    "16-mixed": torch.float32,
+    "bf16-mixed": torch.float32,
+    "16-true": torch.float16,
+    "bf16-true": torch.bfloat16,
 }
 ACTIVATION_DTYPE = {
-    "64-true": torch.float64, "32-true": torch.float32, "16-mixed": torch.float16,
-    "bf16-mixed": torch.bfloat16, "16-true": torch.float16, "bf16-true": torch.bfloat16,
+    "64-true": torch.float64,
+    "32-true": torch.float32,
+    "16-mixed": torch.float16,
+    "bf16-mixed": torch.bfloat16,
+    "16-true": torch.float16,
+    "bf16-true": torch.bfloat16,
 }
 
 
@@ -50,8 +58,13 @@ def batch() -> tuple[torch.Tensor, torch.Tensor]:
     return x, x.sum(dim=1, keepdim=True)
 
 
-def make_closure(plugin: Precision, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
-                 clip: tuple[float, str] | None = None, seen: dict[str, Any] | None = None) -> Callable[[], Any]:
+def make_closure(
+    plugin: Precision,
+    model: torch.nn.Module,
+    optimizer: torch.optim.Optimizer,
+    clip: tuple[float, str] | None = None,
+    seen: dict[str, Any] | None = None,
+) -> Callable[[], Any]:
     """The Trainer's step closure: forward in the precision's context, backward through it, then clip."""
     x, y = batch()
 

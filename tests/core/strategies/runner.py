@@ -33,14 +33,31 @@ TORCHRUN = Path(sys.executable).with_name("torchrun")
 TIMEOUT = 300.0
 
 #: These tests find the processes a run left through /proc, and the ``ddp_fork`` launcher forks.
-linux_only = pytest.mark.skipif(not sys.platform.startswith("linux"),
-                                reason="reads /proc to find leftover processes (Linux only)")
+linux_only = pytest.mark.skipif(
+    not sys.platform.startswith("linux"), reason="reads /proc to find leftover processes (Linux only)"
+)
 
 #: Variables of an enclosing launcher or scheduler that would change how the scripts start.
-_FOREIGN = ("LOCAL_RANK", "RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK", "MASTER_ADDR",
-            "MASTER_PORT", "TORCHELASTIC_RUN_ID", "TORCHPLUG_PARENT_PID", "TORCHPLUG_CLUSTER_ENVIRONMENT",
-            "SLURM_JOB_ID", "SLURM_NTASKS", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "LSB_JOBID",
-            "TORCHPLUG_GLOBAL_SEED", "TORCHPLUG_SEED_WORKERS")
+_FOREIGN = (
+    "LOCAL_RANK",
+    "RANK",
+    "WORLD_SIZE",
+    "LOCAL_WORLD_SIZE",
+    "GROUP_RANK",
+    "NODE_RANK",
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "TORCHELASTIC_RUN_ID",
+    "TORCHPLUG_PARENT_PID",
+    "TORCHPLUG_CLUSTER_ENVIRONMENT",
+    "SLURM_JOB_ID",
+    "SLURM_NTASKS",
+    "OMPI_COMM_WORLD_SIZE",
+    "PMI_SIZE",
+    "LSB_JOBID",
+    "TORCHPLUG_GLOBAL_SEED",
+    "TORCHPLUG_SEED_WORKERS",
+)
 
 
 @dataclass
@@ -71,17 +88,33 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start(command: Sequence[str], log: Path, env: dict[str, str] | None = None, cwd: Path | None = None,
-          stdin: str | None = None) -> subprocess.Popen[bytes]:
+def start(
+    command: Sequence[str],
+    log: Path,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    stdin: str | None = None,
+) -> subprocess.Popen[bytes]:
     """Start ``command`` in a new session, its output (stdout and stderr) going to ``log``."""
     with open(log, "wb") as sink:
-        return subprocess.Popen(list(command), stdout=sink, stderr=subprocess.STDOUT, cwd=cwd, env=env or environment(),
-                                start_new_session=True,
-                                stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL)
+        return subprocess.Popen(
+            list(command),
+            stdout=sink,
+            stderr=subprocess.STDOUT,
+            cwd=cwd,
+            env=env or environment(),
+            start_new_session=True,
+            stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+        )
 
 
-def finish(proc: subprocess.Popen[bytes], log: Path, timeout: float = TIMEOUT, started: float | None = None,
-           stdin: str | None = None) -> Run:
+def finish(
+    proc: subprocess.Popen[bytes],
+    log: Path,
+    timeout: float = TIMEOUT,
+    started: float | None = None,
+    stdin: str | None = None,
+) -> Run:
     """Wait for ``proc`` (killing its whole session past ``timeout``) and collect what it left behind."""
     started = time.monotonic() if started is None else started
     try:
@@ -96,8 +129,14 @@ def finish(proc: subprocess.Popen[bytes], log: Path, timeout: float = TIMEOUT, s
     return Run(proc.returncode, log.read_text(errors="replace"), elapsed, leftovers)
 
 
-def run(command: Sequence[str], log: Path, timeout: float = TIMEOUT, env: dict[str, str] | None = None,
-        cwd: Path | None = None, stdin: str | None = None) -> Run:
+def run(
+    command: Sequence[str],
+    log: Path,
+    timeout: float = TIMEOUT,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+    stdin: str | None = None,
+) -> Run:
     """Run ``command`` to the end (see :func:`start` and :func:`finish`)."""
     started = time.monotonic()
     proc = start(command, log, env, cwd, stdin)
@@ -165,7 +204,7 @@ def kill_session(session: int) -> None:
 
 def records(out: Path, prefix: str) -> dict[str, dict[str, Any]]:
     """The JSON records ``<prefix>*.json`` under ``out``, by the rest of their name."""
-    return {p.stem[len(prefix):]: json.loads(p.read_text()) for p in sorted(out.glob(f"{prefix}*.json"))}
+    return {p.stem[len(prefix) :]: json.loads(p.read_text()) for p in sorted(out.glob(f"{prefix}*.json"))}
 
 
 def rank_records(out: Path) -> dict[int, dict[str, Any]]:
@@ -176,8 +215,14 @@ def rank_records(out: Path) -> dict[int, dict[str, Any]]:
 # -- the reference ----------------------------------------------------------------------------------
 
 
-def reference_state(epochs: int = 2, world_size: int = 2, samples: int = 64, batch_size: int = 8,
-                    accumulate: int = 1, clip: float | None = None) -> dict[str, torch.Tensor]:
+def reference_state(
+    epochs: int = 2,
+    world_size: int = 2,
+    samples: int = 64,
+    batch_size: int = 8,
+    accumulate: int = 1,
+    clip: float | None = None,
+) -> dict[str, torch.Tensor]:
     """The weights data-parallel training must reach, computed here in one process.
 
     Each optimizer step sums the gradients of every rank's batch (the batches a DistributedSampler
@@ -193,22 +238,24 @@ def reference_state(epochs: int = 2, world_size: int = 2, samples: int = 64, bat
         torch.set_num_threads(threads)
 
 
-def _train_reference(epochs: int, world_size: int, samples: int, batch_size: int, accumulate: int,
-                     clip: float | None) -> dict[str, torch.Tensor]:
+def _train_reference(
+    epochs: int, world_size: int, samples: int, batch_size: int, accumulate: int, clip: float | None
+) -> dict[str, torch.Tensor]:
     model = common.Regressor()
     optimizer = model.configure_optimizers()
     data = common.dataset(samples)
     for epoch in range(epochs):
         shards: list[list[int]] = []
         for rank in range(world_size):
-            sampler: DistributedSampler[Any] = DistributedSampler(data, num_replicas=world_size, rank=rank,
-                                                                  shuffle=True, seed=0)
+            sampler: DistributedSampler[Any] = DistributedSampler(
+                data, num_replicas=world_size, rank=rank, shuffle=True, seed=0
+            )
             sampler.set_epoch(epoch)
             shards.append(list(sampler))
         batches = -(-len(shards[0]) // batch_size)
         for k in range(batches):
             for shard in shards:
-                x, y = data[shard[k * batch_size:(k + 1) * batch_size]]
+                x, y = data[shard[k * batch_size : (k + 1) * batch_size]]
                 loss = torch.nn.functional.mse_loss(model(x), y) / (world_size * accumulate)
                 loss.backward()
             if (k + 1) % accumulate == 0 or k + 1 == batches:
@@ -219,8 +266,9 @@ def _train_reference(epochs: int, world_size: int, samples: int, batch_size: int
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
-def assert_close_states(actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], rtol: float = 1e-5,
-                        atol: float = 1e-6) -> None:
+def assert_close_states(
+    actual: dict[str, torch.Tensor], expected: dict[str, torch.Tensor], rtol: float = 1e-5, atol: float = 1e-6
+) -> None:
     """Same keys, and every tensor close (see ``torch.testing.assert_close``)."""
     assert sorted(actual) == sorted(expected)
     for key in expected:

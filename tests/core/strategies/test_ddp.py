@@ -44,8 +44,19 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
     def get(strategy: str) -> tuple[Path, Run]:
         if strategy not in cache:
             out = tmp_path_factory.mktemp(strategy)
-            result = train(out, "--strategy", strategy, "--root", str(out / "root"), "--csv-logger", "--checkpoint",
-                           "--default-ckpt-dir", "--count-writes", str(out / "writes.log"), "--log-sync")
+            result = train(
+                out,
+                "--strategy",
+                strategy,
+                "--root",
+                str(out / "root"),
+                "--csv-logger",
+                "--checkpoint",
+                "--default-ckpt-dir",
+                "--count-writes",
+                str(out / "writes.log"),
+                "--log-sync",
+            )
             assert result.returncode == 0, result.tail()
             cache[strategy] = (out, result)
         return cache[strategy]
@@ -65,7 +76,8 @@ def reference() -> dict[str, torch.Tensor]:
 
 @pytest.mark.parametrize("strategy", LAUNCHERS)
 def test_every_rank_ends_with_the_weights_of_the_single_process_reference(
-        launched: Launched, reference: dict[str, torch.Tensor], strategy: str) -> None:
+    launched: Launched, reference: dict[str, torch.Tensor], strategy: str
+) -> None:
     out, result = launched(strategy)
     ranks = rank_records(out)
     assert sorted(ranks) == [0, 1]
@@ -189,8 +201,9 @@ def test_no_process_is_left(launched: Launched, strategy: str) -> None:
     assert not [r["pid"] for r in records(out, "started_rank").values() if alive(r["pid"])]
 
 
-def test_find_unused_parameters_true_trains_a_model_with_an_unused_layer(tmp_path: Path,
-                                                                          reference: dict[str, torch.Tensor]) -> None:
+def test_find_unused_parameters_true_trains_a_model_with_an_unused_layer(
+    tmp_path: Path, reference: dict[str, torch.Tensor]
+) -> None:
     result = train(tmp_path, "--strategy", "ddp_find_unused_parameters_true", "--unused")
     assert result.returncode == 0, result.tail()
     ranks = rank_records(tmp_path)

@@ -44,8 +44,20 @@ def errors(out: Path) -> list[dict[str, Any]]:
 
 def crash(out: Path, strategy: str, rank: int, how: str = "raise", *extra: str) -> Run:
     env = environment(TORCHPLUG_RANK_FAILURE_TIMEOUT=FAILURE_TIMEOUT)
-    return train(out, "--strategy", strategy, "--crash-rank", str(rank), "--crash-step", "3", "--crash-how", how,
-                 "--catch", *extra, env=env)
+    return train(
+        out,
+        "--strategy",
+        strategy,
+        "--crash-rank",
+        str(rank),
+        "--crash-step",
+        "3",
+        "--crash-how",
+        how,
+        "--catch",
+        *extra,
+        env=env,
+    )
 
 
 def test_a_child_rank_that_raises_stops_rank_zero_with_an_error_naming_it(tmp_path: Path) -> None:
@@ -57,8 +69,11 @@ def test_a_child_rank_that_raises_stops_rank_zero_with_an_error_naming_it(tmp_pa
     assert len(rank0) == 1, errors(tmp_path)
     assert rank0[0]["type"] == "ChildProcessError"
     # "failed" when rank 0 read rank 1's note while rank 1 was still exiting, else its exit code.
-    assert re.fullmatch(rf"Local rank 1 \(pid {pids['1']}\) (failed|exited with code 1); the other ranks were "
-                        r"stopped\. Its error: RuntimeError: rank 1 fails on purpose at step 3", rank0[0]["message"])
+    assert re.fullmatch(
+        rf"Local rank 1 \(pid {pids['1']}\) (failed|exited with code 1); the other ranks were "
+        r"stopped\. Its error: RuntimeError: rank 1 fails on purpose at step 3",
+        rank0[0]["message"],
+    )
     assert "did not stop within" not in result.output  # rank 0 stopped by itself, not by the watchdog
     assert_nothing_left(tmp_path, result)
 
@@ -85,7 +100,8 @@ def test_a_child_rank_killed_outright_is_named(tmp_path: Path) -> None:
     pids = started_pids(tmp_path)
     rank0 = [e for e in errors(tmp_path) if e["pid"] == pids["0"]]
     assert [(e["type"], e["message"]) for e in rank0] == [
-        ("ChildProcessError", f"Local rank 1 (pid {pids['1']}) was killed by signal 9; the other ranks were stopped.")]
+        ("ChildProcessError", f"Local rank 1 (pid {pids['1']}) was killed by signal 9; the other ranks were stopped.")
+    ]
     assert_nothing_left(tmp_path, result)
 
 
@@ -95,10 +111,14 @@ def test_rank_zero_stuck_outside_a_collective_is_ended_by_the_watchdog(tmp_path:
     result = crash(tmp_path, "ddp", 1, "raise", "--stall-rank", "0")
     assert result.returncode == 1
     pids = started_pids(tmp_path)
-    assert re.search(rf"^torchplug: Local rank 1 \(pid {pids['1']}\) exited with code 1; the other ranks were "
-                     r"stopped\. Its error: RuntimeError: rank 1 fails on purpose at step 3\n"
-                     rf"torchplug: rank 0 did not stop within {FAILURE_TIMEOUT} s of that failure \(set "
-                     r"TORCHPLUG_RANK_FAILURE_TIMEOUT to wait longer\); exiting\.$", result.output, re.MULTILINE)
+    assert re.search(
+        rf"^torchplug: Local rank 1 \(pid {pids['1']}\) exited with code 1; the other ranks were "
+        r"stopped\. Its error: RuntimeError: rank 1 fails on purpose at step 3\n"
+        rf"torchplug: rank 0 did not stop within {FAILURE_TIMEOUT} s of that failure \(set "
+        r"TORCHPLUG_RANK_FAILURE_TIMEOUT to wait longer\); exiting\.$",
+        result.output,
+        re.MULTILINE,
+    )
     assert [e["pid"] for e in errors(tmp_path)] == [pids["1"]]  # rank 0 never got to raise
     assert_nothing_left(tmp_path, result)
 
@@ -118,8 +138,21 @@ def test_a_worker_that_raises_fails_the_caller_with_an_error_naming_it(tmp_path:
 
 
 def test_torchrun_reports_a_failed_rank_and_stops_the_others(tmp_path: Path) -> None:
-    command = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", str(TRAIN), "--out", str(tmp_path),
-               "--strategy", "ddp", "--crash-rank", "1", "--crash-step", "3"]
+    command = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(TRAIN),
+        "--out",
+        str(tmp_path),
+        "--strategy",
+        "ddp",
+        "--crash-rank",
+        "1",
+        "--crash-step",
+        "3",
+    ]
     result = run(command, tmp_path / "output.log", env=environment(TORCHPLUG_RANK_FAILURE_TIMEOUT=FAILURE_TIMEOUT))
     assert result.returncode != 0
     assert "rank 1 fails on purpose at step 3" in result.output

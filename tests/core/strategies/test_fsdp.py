@@ -42,8 +42,18 @@ def launched(tmp_path_factory: pytest.TempPathFactory) -> Launched:
     def get(wrap: str) -> tuple[Path, Run]:
         if wrap not in cache:
             out = tmp_path_factory.mktemp(wrap)
-            result = train(out, "--strategy", "fsdp", *WRAPS[wrap], "--full-state", "--root", str(out / "root"),
-                           "--checkpoint", "--save-ckpt", str(out / "final.ckpt"))
+            result = train(
+                out,
+                "--strategy",
+                "fsdp",
+                *WRAPS[wrap],
+                "--full-state",
+                "--root",
+                str(out / "root"),
+                "--checkpoint",
+                "--save-ckpt",
+                str(out / "final.ckpt"),
+            )
             assert result.returncode == 0, result.tail()
             cache[wrap] = (out, result)
         return cache[wrap]
@@ -62,8 +72,9 @@ def gathered(out: Path) -> dict[str, torch.Tensor]:
 
 
 @pytest.mark.parametrize("wrap", list(WRAPS))
-def test_fsdp_reaches_the_weights_ddp_reaches(launched: Launched, reference: dict[str, torch.Tensor],
-                                              wrap: str) -> None:
+def test_fsdp_reaches_the_weights_ddp_reaches(
+    launched: Launched, reference: dict[str, torch.Tensor], wrap: str
+) -> None:
     out, result = launched(wrap)
     ranks = rank_records(out)
     assert sorted(ranks) == [0, 1]
@@ -82,8 +93,11 @@ def test_fsdp_reaches_the_weights_ddp_reaches(launched: Launched, reference: dic
 def test_checkpoints_written_under_fsdp_load_in_a_single_process(launched: Launched, wrap: str) -> None:
     out, _ = launched(wrap)
     full = gathered(out)
-    for path in (out / "root" / "ckpts" / f"epoch=1-step={STEPS}.ckpt", out / "root" / "ckpts" / "last.ckpt",
-                 out / "final.ckpt"):
+    for path in (
+        out / "root" / "ckpts" / f"epoch=1-step={STEPS}.ckpt",
+        out / "root" / "ckpts" / "last.ckpt",
+        out / "final.ckpt",
+    ):
         model = Regressor.load_from_checkpoint(str(path))
         for key, value in model.state_dict().items():
             assert type(value) is torch.Tensor  # plain tensors, not DTensor shards
@@ -92,8 +106,9 @@ def test_checkpoints_written_under_fsdp_load_in_a_single_process(launched: Launc
     assert not torch.equal(earlier.state_dict()["net.0.weight"], full["net.0.weight"])
 
 
-def test_fit_resumes_under_fsdp_from_a_checkpoint_written_mid_epoch(launched: Launched, tmp_path: Path,
-                                                                    reference: dict[str, torch.Tensor]) -> None:
+def test_fit_resumes_under_fsdp_from_a_checkpoint_written_mid_epoch(
+    launched: Launched, tmp_path: Path, reference: dict[str, torch.Tensor]
+) -> None:
     source, _ = launched("whole-model")
     checkpoint = source / "root" / "ckpts" / "epoch=0-step=3.ckpt"
     result = train(tmp_path, "--strategy", "fsdp", "--full-state", "--resume", str(checkpoint))
@@ -121,8 +136,9 @@ def test_gradient_accumulation_under_fsdp(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize("start_method", ["spawn", "fork"])
-def test_fsdp_workers_hand_the_full_weights_back_to_the_caller(tmp_path: Path, start_method: str,
-                                                               reference: dict[str, torch.Tensor]) -> None:
+def test_fsdp_workers_hand_the_full_weights_back_to_the_caller(
+    tmp_path: Path, start_method: str, reference: dict[str, torch.Tensor]
+) -> None:
     result = train(tmp_path, "--strategy", "fsdp", "--start-method", start_method, "--full-state")
     assert result.returncode == 0, result.tail()
     mains = records(tmp_path, "main_")

@@ -45,8 +45,7 @@ def test_ddp_works_from_python_dash_c_and_dash_m(tmp_path: Path, how: str) -> No
 @pytest.mark.slow
 @linux_only
 def test_ddp_from_stdin_fails_and_suggests_ddp_fork(tmp_path: Path) -> None:
-    result = run([sys.executable, "-"], tmp_path / "output.log",
-                 stdin=program(tmp_path, "--strategy", "ddp") + "\n")
+    result = run([sys.executable, "-"], tmp_path / "output.log", stdin=program(tmp_path, "--strategy", "ddp") + "\n")
     assert result.returncode != 0
     assert "this process has no script (an interactive session or stdin)" in result.output
     assert "Hint: use strategy='ddp_fork' or 'ddp_spawn', or launch with torchrun." in result.output
@@ -56,21 +55,23 @@ def test_ddp_from_stdin_fails_and_suggests_ddp_fork(tmp_path: Path) -> None:
 @pytest.mark.slow
 @linux_only
 def test_in_an_interactive_session_ddp_is_refused_and_auto_trains_with_fork(tmp_path: Path) -> None:
-    code = "\n".join([
-        f"import sys; sys.path.insert(0, {str(SCRIPTS)!r})",
-        "import common, torchplug",
-        "try:",
-        "    torchplug.Trainer(accelerator='cpu', devices=2, strategy='ddp', logger=False)",
-        "except torchplug.MisconfigurationError as exc:",
-        "    print('REFUSED:', exc)",
-        "trainer = torchplug.Trainer(accelerator='cpu', devices=2, logger=False, enable_checkpointing=False,",
-        "                            enable_progress_bar=False, max_epochs=2, num_sanity_val_steps=0,",
-        f"                            callbacks=[common.Recorder({str(tmp_path)!r})])",
-        "print('STRATEGY:', trainer.strategy)",
-        "model = common.Regressor()",
-        "trainer.fit(model, common.loader())",
-        f"common.write_main({str(tmp_path)!r}, trainer, model)",
-    ])
+    code = "\n".join(
+        [
+            f"import sys; sys.path.insert(0, {str(SCRIPTS)!r})",
+            "import common, torchplug",
+            "try:",
+            "    torchplug.Trainer(accelerator='cpu', devices=2, strategy='ddp', logger=False)",
+            "except torchplug.MisconfigurationError as exc:",
+            "    print('REFUSED:', exc)",
+            "trainer = torchplug.Trainer(accelerator='cpu', devices=2, logger=False, enable_checkpointing=False,",
+            "                            enable_progress_bar=False, max_epochs=2, num_sanity_val_steps=0,",
+            f"                            callbacks=[common.Recorder({str(tmp_path)!r})])",
+            "print('STRATEGY:', trainer.strategy)",
+            "model = common.Regressor()",
+            "trainer.fit(model, common.loader())",
+            f"common.write_main({str(tmp_path)!r}, trainer, model)",
+        ]
+    )
     # `python -i -c CODE` runs CODE as an interactive session would (sys.flags.interactive), then
     # reads the REPL's input, which is empty.
     result = run([sys.executable, "-i", "-c", code], tmp_path / "output.log", stdin="")

@@ -20,8 +20,16 @@ from torchplug.strategies.launchers.multiprocessing import collect_results, own_
 
 
 def make_trainer(root: Path, checkpoint: ModelCheckpoint) -> torchplug.Trainer:
-    return torchplug.Trainer(accelerator="cpu", devices=1, max_epochs=2, logger=False, callbacks=[checkpoint],
-                             enable_progress_bar=False, num_sanity_val_steps=0, default_root_dir=str(root))
+    return torchplug.Trainer(
+        accelerator="cpu",
+        devices=1,
+        max_epochs=2,
+        logger=False,
+        callbacks=[checkpoint],
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        default_root_dir=str(root),
+    )
 
 
 def through_a_file(results: dict[str, Any]) -> dict[str, Any]:

@@ -30,8 +30,19 @@ pytestmark = [pytest.mark.slow, linux_only]
 
 @pytest.mark.parametrize("devices", ["2", "auto"])
 def test_torchrun_two_processes_on_one_node(tmp_path: Path, devices: str) -> None:
-    command = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", str(TRAIN), "--out", str(tmp_path),
-               "--strategy", "ddp", "--devices", devices]
+    command = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(TRAIN),
+        "--out",
+        str(tmp_path),
+        "--strategy",
+        "ddp",
+        "--devices",
+        devices,
+    ]
     result = run(command, tmp_path / "output.log")
     assert result.returncode == 0, result.tail()
     ranks = rank_records(tmp_path)
@@ -61,9 +72,28 @@ def test_two_nodes_of_one_process_on_loopback(tmp_path: Path) -> None:
     port = free_port()
     procs = []
     for node in range(2):
-        command = [str(TORCHRUN), "--nnodes", "2", "--nproc_per_node", "1", "--node_rank", str(node),
-                   "--master_addr", "127.0.0.1", "--master_port", str(port), str(TRAIN),
-                   "--out", str(tmp_path), "--strategy", "ddp", "--devices", "1", "--num-nodes", "2"]
+        command = [
+            str(TORCHRUN),
+            "--nnodes",
+            "2",
+            "--nproc_per_node",
+            "1",
+            "--node_rank",
+            str(node),
+            "--master_addr",
+            "127.0.0.1",
+            "--master_port",
+            str(port),
+            str(TRAIN),
+            "--out",
+            str(tmp_path),
+            "--strategy",
+            "ddp",
+            "--devices",
+            "1",
+            "--num-nodes",
+            "2",
+        ]
         log = tmp_path / f"node{node}.log"
         procs.append((start(command, log), log))
     results = [finish(proc, log) for proc, log in procs]
@@ -84,10 +114,20 @@ def test_two_nodes_of_one_process_on_loopback(tmp_path: Path) -> None:
 
 
 def test_devices_that_disagree_with_torchrun_are_an_error_that_says_so(tmp_path: Path) -> None:
-    command = [str(TORCHRUN), "--standalone", "--nproc_per_node", "2", str(TRAIN), "--out", str(tmp_path),
-               "--strategy", "ddp", "--devices", "3"]
+    command = [
+        str(TORCHRUN),
+        "--standalone",
+        "--nproc_per_node",
+        "2",
+        str(TRAIN),
+        "--out",
+        str(tmp_path),
+        "--strategy",
+        "ddp",
+        "--devices",
+        "3",
+    ]
     result = run(command, tmp_path / "output.log")
     assert result.returncode != 0
     assert "You set `devices=3`, but torchrun started 2 processes per node" in result.output
     assert not result.leftovers
-

@@ -21,6 +21,7 @@ def blobs(n: int = 512, classes: int = 4, dim: int = 16, seed: int = 0) -> Tenso
     features = centers[labels] + torch.randn(n, dim, generator=generator)
     return TensorDataset(features, labels)
 
+
 class BlobData(torchplug.DataModule):
     """Train/val/test/predict splits of :func:`blobs`."""
 
@@ -50,12 +51,19 @@ class BlobData(torchplug.DataModule):
 class Classifier(torchplug.Module):
     """An MLP classifier with dropout (so resuming must restore the random state)."""
 
-    def __init__(self, lr: float = 0.05, hidden: int = 32, dropout: float = 0.1, momentum: float = 0.9,
-                 scheduler: str | None = None) -> None:
+    def __init__(
+        self,
+        lr: float = 0.05,
+        hidden: int = 32,
+        dropout: float = 0.1,
+        momentum: float = 0.9,
+        scheduler: str | None = None,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
-        self.net = torch.nn.Sequential(torch.nn.Linear(16, hidden), torch.nn.ReLU(), torch.nn.Dropout(dropout),
-                                       torch.nn.Linear(hidden, 4))
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(16, hidden), torch.nn.ReLU(), torch.nn.Dropout(dropout), torch.nn.Linear(hidden, 4)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.net(x)
@@ -84,9 +92,10 @@ class Classifier(torchplug.Module):
     def configure_optimizers(self) -> Any:
         optimizer = torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=self.hparams.momentum)
         if self.hparams.scheduler == "step":
-            return {"optimizer": optimizer,
-                    "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 5, 0.5),
-                                     "interval": "step"}}
+            return {
+                "optimizer": optimizer,
+                "lr_scheduler": {"scheduler": torch.optim.lr_scheduler.StepLR(optimizer, 5, 0.5), "interval": "step"},
+            }
         if self.hparams.scheduler == "epoch":
             return [optimizer], [torch.optim.lr_scheduler.ExponentialLR(optimizer, 0.8)]
         return optimizer
@@ -94,8 +103,13 @@ class Classifier(torchplug.Module):
 
 def quiet(**overrides: Any) -> dict[str, Any]:
     """Trainer arguments for a fast, silent CPU run, updated by ``overrides``."""
-    base: dict[str, Any] = {"accelerator": "cpu", "logger": False, "enable_checkpointing": False,
-                            "enable_progress_bar": False, "num_sanity_val_steps": 0}
+    base: dict[str, Any] = {
+        "accelerator": "cpu",
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "num_sanity_val_steps": 0,
+    }
     base.update(overrides)
     return base
 

@@ -13,8 +13,12 @@ import torchplug
 from tests.core.trainer.models import BlobData, Classifier
 
 
-def test_fit_validate_test_predict(classifier: Callable[..., Any], data: Callable[..., Any],
-                                   trainer_args: Callable[..., dict[str, Any]], tmp_path: Path) -> None:
+def test_fit_validate_test_predict(
+    classifier: Callable[..., Any],
+    data: Callable[..., Any],
+    trainer_args: Callable[..., dict[str, Any]],
+    tmp_path: Path,
+) -> None:
     model, datamodule = classifier(), data()
     trainer = torchplug.Trainer(**trainer_args(max_epochs=4, default_root_dir=tmp_path))
     trainer.fit(model, datamodule=datamodule)
@@ -43,10 +47,12 @@ def test_dataloaders_can_be_passed_directly(classifier: Callable[..., Any], trai
     assert result["test_acc"] > 0.9
 
 
-@pytest.mark.parametrize("precision", ["64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true",
-                                       64, 32, 16, "bf16"])
-def test_every_precision_trains_the_classifier(precision: Any, classifier: Callable[..., Any],
-                                               data: Callable[..., Any], trainer_args: Callable[..., Any]) -> None:
+@pytest.mark.parametrize(
+    "precision", ["64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true", 64, 32, 16, "bf16"]
+)
+def test_every_precision_trains_the_classifier(
+    precision: Any, classifier: Callable[..., Any], data: Callable[..., Any], trainer_args: Callable[..., Any]
+) -> None:
     model = classifier(lr=0.05)
     trainer = torchplug.Trainer(**trainer_args(max_epochs=4, precision=precision))
     trainer.fit(model, datamodule=data())
@@ -56,8 +62,9 @@ def test_every_precision_trains_the_classifier(precision: Any, classifier: Calla
     assert next(model.parameters()).dtype == expected.get(precision, torch.float32)
 
 
-def test_16_mixed_uses_a_gradient_scaler(classifier: Callable[..., Any], data: Callable[..., Any],
-                                         trainer_args: Callable[..., Any]) -> None:
+def test_16_mixed_uses_a_gradient_scaler(
+    classifier: Callable[..., Any], data: Callable[..., Any], trainer_args: Callable[..., Any]
+) -> None:
     trainer = torchplug.Trainer(**trainer_args(max_epochs=1, precision="16-mixed"))
     trainer.fit(classifier(), datamodule=data())
     state = trainer.precision_plugin.state_dict()
@@ -65,8 +72,9 @@ def test_16_mixed_uses_a_gradient_scaler(classifier: Callable[..., Any], data: C
 
 
 @pytest.mark.parametrize("io", ["torch", "async"])
-def test_both_checkpoint_ios_save_and_resume(io: str, classifier: Callable[..., Any], data: Callable[..., Any],
-                                             trainer_args: Callable[..., Any], tmp_path: Path) -> None:
+def test_both_checkpoint_ios_save_and_resume(
+    io: str, classifier: Callable[..., Any], data: Callable[..., Any], trainer_args: Callable[..., Any], tmp_path: Path
+) -> None:
     trainer = torchplug.Trainer(**trainer_args(max_epochs=2, plugins=[io]))
     model = classifier()
     trainer.fit(model, datamodule=data())
@@ -81,26 +89,36 @@ def test_both_checkpoint_ios_save_and_resume(io: str, classifier: Callable[..., 
     assert resumed.global_step == 48
 
 
-def test_checkpoint_holds_only_weights_only_safe_data(classifier: Callable[..., Any], data: Callable[..., Any],
-                                                      trainer_args: Callable[..., Any], tmp_path: Path) -> None:
+def test_checkpoint_holds_only_weights_only_safe_data(
+    classifier: Callable[..., Any], data: Callable[..., Any], trainer_args: Callable[..., Any], tmp_path: Path
+) -> None:
     trainer = torchplug.Trainer(**trainer_args(max_epochs=1, precision="16-mixed"))
     trainer.fit(classifier(scheduler="epoch"), datamodule=data(batch_size=48))
     trainer.save_checkpoint(tmp_path / "x.ckpt")
     checkpoint = torch.load(tmp_path / "x.ckpt", weights_only=True)  # raises on any unsafe object
-    assert {"state_dict", "optimizer_states", "lr_schedulers", "loops", "rng", "precision", "hyper_parameters",
-            "callbacks"} <= set(checkpoint)
+    assert {
+        "state_dict",
+        "optimizer_states",
+        "lr_schedulers",
+        "loops",
+        "rng",
+        "precision",
+        "hyper_parameters",
+        "callbacks",
+    } <= set(checkpoint)
     assert checkpoint["hyper_parameters"]["scheduler"] == "epoch"
     assert checkpoint["datamodule_hyper_parameters"] == {"batch_size": 48, "n": 512, "shuffle": True}
 
 
-def test_load_from_checkpoint_rebuilds_from_hyperparameters(classifier: Callable[..., Any],
-                                                            data: Callable[..., Any],
-                                                            trainer_args: Callable[..., Any], tmp_path: Path) -> None:
+def test_load_from_checkpoint_rebuilds_from_hyperparameters(
+    classifier: Callable[..., Any], data: Callable[..., Any], trainer_args: Callable[..., Any], tmp_path: Path
+) -> None:
     trainer = torchplug.Trainer(**trainer_args(max_steps=3))
     trainer.fit(classifier(hidden=24), datamodule=data())
     trainer.save_checkpoint(tmp_path / "w.ckpt", weights_only=True)
     model = Classifier.load_from_checkpoint(str(tmp_path / "w.ckpt"), lr=0.5)
     assert model.hparams.hidden == 24 and model.hparams.lr == 0.5
     with pytest.raises(torchplug.MisconfigurationError, match="holds only weights"):
-        torchplug.Trainer(**trainer_args(max_steps=5)).fit(classifier(hidden=24), datamodule=data(),
-                                                           ckpt_path=str(tmp_path / "w.ckpt"))
+        torchplug.Trainer(**trainer_args(max_steps=5)).fit(
+            classifier(hidden=24), datamodule=data(), ckpt_path=str(tmp_path / "w.ckpt")
+        )

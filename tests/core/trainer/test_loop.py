@@ -46,8 +46,9 @@ class Recorder(torchplug.Callback):
         self.calls.append("fit_end")
 
 
-def _fit(trainer_kwargs: dict[str, Any], model: torchplug.Module | None = None,
-         data: Any = None) -> tuple[torchplug.Trainer, Recorder]:
+def _fit(
+    trainer_kwargs: dict[str, Any], model: torchplug.Module | None = None, data: Any = None
+) -> tuple[torchplug.Trainer, Recorder]:
     recorder = Recorder()
     torch.manual_seed(0)
     trainer = torchplug.Trainer(**quiet(callbacks=[recorder], **trainer_kwargs))
@@ -57,34 +58,50 @@ def _fit(trainer_kwargs: dict[str, Any], model: torchplug.Module | None = None,
 
 def test_hook_order_of_a_fit() -> None:
     _, recorder = _fit({"max_epochs": 2, "num_sanity_val_steps": 2})
-    assert recorder.calls == ["fit_start", "sanity_start", "train_start",
-                              "train_epoch_start", "validation_start", "train_epoch_end",
-                              "train_epoch_start", "validation_start", "train_epoch_end", "train_end", "fit_end"]
+    assert recorder.calls == [
+        "fit_start",
+        "sanity_start",
+        "train_start",
+        "train_epoch_start",
+        "validation_start",
+        "train_epoch_end",
+        "train_epoch_start",
+        "validation_start",
+        "train_epoch_end",
+        "train_end",
+        "fit_end",
+    ]
 
 
-@pytest.mark.parametrize(("kwargs", "steps", "epochs"), [
-    ({"max_steps": 20}, 20, 2),
-    ({"max_epochs": 2, "limit_train_batches": 5}, 10, 2),
-    ({"max_epochs": 2, "limit_train_batches": 0.25}, 8, 2),
-    ({"max_epochs": 1, "accumulate_grad_batches": 4}, 4, 1),
-    ({"max_epochs": 1, "accumulate_grad_batches": 5}, 4, 1),  # 16 batches: 3 full groups + the last partial one
-    ({"fast_dev_run": True}, 1, 1),
-    ({"fast_dev_run": 3}, 3, 1),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "steps", "epochs"),
+    [
+        ({"max_steps": 20}, 20, 2),
+        ({"max_epochs": 2, "limit_train_batches": 5}, 10, 2),
+        ({"max_epochs": 2, "limit_train_batches": 0.25}, 8, 2),
+        ({"max_epochs": 1, "accumulate_grad_batches": 4}, 4, 1),
+        ({"max_epochs": 1, "accumulate_grad_batches": 5}, 4, 1),  # 16 batches: 3 full groups + the last partial one
+        ({"fast_dev_run": True}, 1, 1),
+        ({"fast_dev_run": 3}, 3, 1),
+    ],
+)
 def test_steps_and_epochs(kwargs: dict[str, Any], steps: int, epochs: int) -> None:
     trainer, _ = _fit(kwargs)
     assert trainer.global_step == steps
     assert trainer.current_epoch == epochs
 
 
-@pytest.mark.parametrize(("kwargs", "validations"), [
-    ({"max_epochs": 2}, [(0, 16), (1, 16)]),
-    ({"max_epochs": 1, "val_check_interval": 0.25}, [(0, 4), (0, 8), (0, 12), (0, 16)]),
-    ({"max_epochs": 1, "val_check_interval": 5}, [(0, 5), (0, 10), (0, 15)]),
-    ({"max_epochs": 4, "check_val_every_n_epoch": 2}, [(1, 16), (3, 16)]),
-    ({"max_epochs": 2, "val_check_interval": 10, "check_val_every_n_epoch": None}, [(0, 10), (1, 4), (1, 14)]),
-    ({"max_epochs": 2, "limit_val_batches": 0}, []),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "validations"),
+    [
+        ({"max_epochs": 2}, [(0, 16), (1, 16)]),
+        ({"max_epochs": 1, "val_check_interval": 0.25}, [(0, 4), (0, 8), (0, 12), (0, 16)]),
+        ({"max_epochs": 1, "val_check_interval": 5}, [(0, 5), (0, 10), (0, 15)]),
+        ({"max_epochs": 4, "check_val_every_n_epoch": 2}, [(1, 16), (3, 16)]),
+        ({"max_epochs": 2, "val_check_interval": 10, "check_val_every_n_epoch": None}, [(0, 10), (1, 4), (1, 14)]),
+        ({"max_epochs": 2, "limit_val_batches": 0}, []),
+    ],
+)
 def test_validation_schedule(kwargs: dict[str, Any], validations: list[tuple[int, int]]) -> None:
     _, recorder = _fit(kwargs)
     assert recorder.validations == validations
@@ -132,10 +149,13 @@ def test_on_step_and_on_epoch_give_two_keys(tmp_path: Any) -> None:
     assert trainer.callback_metrics["both"] is not None
 
 
-@pytest.mark.parametrize(("value", "error", "message"), [
-    (torch.ones(3), ValueError, "needs one number, got a tensor of shape (3,)"),
-    ("high", TypeError, "needs a number or a one-element tensor, got str"),
-])
+@pytest.mark.parametrize(
+    ("value", "error", "message"),
+    [
+        (torch.ones(3), ValueError, "needs one number, got a tensor of shape (3,)"),
+        ("high", TypeError, "needs a number or a one-element tensor, got str"),
+    ],
+)
 def test_log_rejects_values_it_cannot_record(value: Any, error: type[Exception], message: str) -> None:
     class Bad(Classifier):
         def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
@@ -166,10 +186,12 @@ def test_gradient_clipping_by_norm_bounds_the_update() -> None:
     assert len(norms) == 10 and max(norms) <= 0.01 + 1e-6
 
 
-@pytest.mark.parametrize(("scheduler", "expected_lr"), [("step", 0.05 * 0.5 ** 3), ("epoch", 0.05 * 0.8 ** 2)])
+@pytest.mark.parametrize(("scheduler", "expected_lr"), [("step", 0.05 * 0.5**3), ("epoch", 0.05 * 0.8**2)])
 def test_schedulers_step_at_their_interval(scheduler: str, expected_lr: float) -> None:
-    trainer, _ = _fit({"max_epochs": 2 if scheduler == "epoch" else 1, "limit_train_batches": 16 if
-                       scheduler == "epoch" else 15}, model=Classifier(scheduler=scheduler))
+    trainer, _ = _fit(
+        {"max_epochs": 2 if scheduler == "epoch" else 1, "limit_train_batches": 16 if scheduler == "epoch" else 15},
+        model=Classifier(scheduler=scheduler),
+    )
     assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(expected_lr)
 
 
@@ -180,8 +202,9 @@ def test_reduce_on_plateau_needs_a_logged_monitor() -> None:
             scheduler = torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer)
             return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "monitor": "nope"}}
 
-    with pytest.raises(torchplug.MisconfigurationError, match="ReduceLROnPlateau monitors 'nope', which was not "
-                                                              "logged"):
+    with pytest.raises(
+        torchplug.MisconfigurationError, match="ReduceLROnPlateau monitors 'nope', which was not logged"
+    ):
         _fit({"max_epochs": 1}, model=Plateau())
 
 
@@ -214,10 +237,13 @@ def test_two_optimizers_need_manual_optimization() -> None:
         _fit({"max_steps": 1}, model=Two())
 
 
-@pytest.mark.parametrize(("returned", "message"), [
-    ("adam", "configure_optimizers() returned str"),
-    ({"optimizer": None, "bogus": 1}, "dict has keys ['bogus', 'optimizer']"),
-])
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        ("adam", "configure_optimizers() returned str"),
+        ({"optimizer": None, "bogus": 1}, "dict has keys ['bogus', 'optimizer']"),
+    ],
+)
 def test_bad_configure_optimizers_output(returned: Any, message: str) -> None:
     class Bad(Classifier):
         def configure_optimizers(self) -> Any:
@@ -271,25 +297,31 @@ def test_loader_without_a_length_runs_to_exhaustion_and_validates_at_epoch_end()
     assert [epoch for epoch, _ in recorder.validations] == [0, 1]
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"max_epochs": 0}, "max_epochs=0 is not valid: give a positive int or one of (None, -1)."),
-    ({"accumulate_grad_batches": 0}, "accumulate_grad_batches=0 is not valid"),
-    ({"gradient_clip_algorithm": "max"}, "gradient_clip_algorithm='max': choose 'norm' or 'value'."),
-    ({"num_sanity_val_steps": -2}, "num_sanity_val_steps=-2: give an int >= 0, or -1 for all batches."),
-    ({"deterministic": "sometimes"}, "deterministic='sometimes': choose True, False or 'warn'."),
-    ({"callbacks": [object()]}, "which is not a torchplug Callback"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"max_epochs": 0}, "max_epochs=0 is not valid: give a positive int or one of (None, -1)."),
+        ({"accumulate_grad_batches": 0}, "accumulate_grad_batches=0 is not valid"),
+        ({"gradient_clip_algorithm": "max"}, "gradient_clip_algorithm='max': choose 'norm' or 'value'."),
+        ({"num_sanity_val_steps": -2}, "num_sanity_val_steps=-2: give an int >= 0, or -1 for all batches."),
+        ({"deterministic": "sometimes"}, "deterministic='sometimes': choose True, False or 'warn'."),
+        ({"callbacks": [object()]}, "which is not a torchplug Callback"),
+    ],
+)
 def test_bad_trainer_arguments(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(torchplug.MisconfigurationError) as info:
         torchplug.Trainer(**quiet(**kwargs))
     assert message in str(info.value)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"limit_train_batches": 1.5}, "limit_train_batches=1.5: a float is a fraction of the batches, at most 1.0."),
-    ({"val_check_interval": 100}, "val_check_interval=100 is more than the 16 training batches of an epoch"),
-    ({"limit_train_batches": 0.01}, "limit_train_batches=0.01 of 16 batches is less than one batch"),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"limit_train_batches": 1.5}, "limit_train_batches=1.5: a float is a fraction of the batches, at most 1.0."),
+        ({"val_check_interval": 100}, "val_check_interval=100 is more than the 16 training batches of an epoch"),
+        ({"limit_train_batches": 0.01}, "limit_train_batches=0.01 of 16 batches is less than one batch"),
+    ],
+)
 def test_bad_loop_arguments_fail_at_fit(kwargs: dict[str, Any], message: str) -> None:
     with pytest.raises(torchplug.MisconfigurationError) as info:
         _fit({"max_epochs": 1, **kwargs})

@@ -64,8 +64,9 @@ def _fit(tmp_path: Path, environment: SignalledEnvironment, callbacks: list[Any]
     torch.manual_seed(0)
     model = Classifier()
     torch.manual_seed(7)
-    trainer = torchplug.Trainer(**quiet(max_epochs=2, plugins=[environment], callbacks=callbacks,
-                                        default_root_dir=tmp_path))
+    trainer = torchplug.Trainer(
+        **quiet(max_epochs=2, plugins=[environment], callbacks=callbacks, default_root_dir=tmp_path)
+    )
     trainer.fit(model, datamodule=BlobData())
     return trainer, weights(model)
 
@@ -104,8 +105,15 @@ def test_preemption_waits_for_the_end_of_gradient_accumulation(tmp_path: Path, s
                 os.kill(os.getpid(), signal.SIGUSR2)
 
     torch.manual_seed(0)
-    trainer = torchplug.Trainer(**quiet(max_epochs=1, accumulate_grad_batches=step, plugins=[environment],
-                                        callbacks=[SignalMidAccumulation()], default_root_dir=tmp_path))
+    trainer = torchplug.Trainer(
+        **quiet(
+            max_epochs=1,
+            accumulate_grad_batches=step,
+            plugins=[environment],
+            callbacks=[SignalMidAccumulation()],
+            default_root_dir=tmp_path,
+        )
+    )
     trainer.fit(Classifier(), datamodule=BlobData())
     assert environment.requeued
     assert trainer.fit_loop.progress.batches_done == 6  # the group of batches 4-6 finished first

@@ -27,21 +27,30 @@ def test_defaults_resolve_to_one_cpu_process() -> None:
     assert type(strategy.precision) is torchplug.Precision
     assert isinstance(strategy.checkpoint_io, TorchCheckpointIO)
     assert isinstance(strategy.cluster_environment, LocalEnvironment)
-    assert [d.what for d in resolution.trace] == ["accelerator", "cluster_environment", "devices", "strategy",
-                                                  "precision", "checkpoint_io"]
+    assert [d.what for d in resolution.trace] == [
+        "accelerator",
+        "cluster_environment",
+        "devices",
+        "strategy",
+        "precision",
+        "checkpoint_io",
+    ]
 
 
 def test_describe_explains_every_choice() -> None:
     text = torchplug.Trainer(logger=False, enable_checkpointing=False, enable_progress_bar=False).describe()
     assert re.search(r"^accelerator\s+cpu\s+\(accelerator='auto': highest priority available", text, re.M)
-    assert re.search(r"^strategy\s+single_device\s+\(strategy='auto': CPUAccelerator.default_strategy\(devices=1",
-                     text, re.M)
+    assert re.search(
+        r"^strategy\s+single_device\s+\(strategy='auto': CPUAccelerator.default_strategy\(devices=1", text, re.M
+    )
     assert re.search(r"^precision\s+32-true\s+\(default, from core", text, re.M)
     assert re.search(r"^cluster_environment\s+local\s+\(.*torchelastic: not detected", text, re.M)
 
 
-@pytest.mark.parametrize(("precision", "expected"), [("bf16", "bf16-mixed"), (16, "16-mixed"), ("64", "64-true"),
-                                                     ("half", "16-true"), ("32-true", "32-true")])
+@pytest.mark.parametrize(
+    ("precision", "expected"),
+    [("bf16", "bf16-mixed"), (16, "16-mixed"), ("64", "64-true"), ("half", "16-true"), ("32-true", "32-true")],
+)
 def test_precision_names_and_aliases(precision: object, expected: str) -> None:
     resolution = resolve(precision=precision)
     assert resolution.trace[4].value == expected
@@ -83,22 +92,31 @@ def test_a_strategy_instance_keeps_its_own_components() -> None:
     assert resolved is strategy and resolved.accelerator is accelerator and resolved.checkpoint_io is io
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"strategy": SingleDeviceStrategy(accelerator=CPUAccelerator()), "accelerator": "cpu"},
-     "accelerator is set twice: by strategy=SingleDeviceStrategy(accelerator=CPUAccelerator) and by "
-     "accelerator='cpu'. Choose one."),
-    ({"strategy": SingleDeviceStrategy(checkpoint_io=TorchCheckpointIO()), "plugins": ["async"]},
-     "checkpoint IO is set twice"),
-    ({"precision": "bf16-mixed", "plugins": [MixedPrecision("16-mixed")]}, "precision is set more than once"),
-    ({"plugins": [TorchCheckpointIO(), "async"]}, "plugins= holds two checkpoint io plugins"),
-    ({"plugins": ["nosuchplugin"]}, "plugins=['nosuchplugin'] is not a registered precision, checkpoint IO or "
-                                    "cluster environment. Installed:"),
-    ({"plugins": [42]}, "plugins=[42] has type int"),
-    ({"strategy": "single_device", "devices": 2}, "strategy=SingleDeviceStrategy runs one process, but devices=2"),
-    ({"devices": 0}, "devices=0 selects no device"),
-    ({"devices": "two"}, "devices='two' is not valid with the CPU accelerator"),
-    ({"num_nodes": 0}, "num_nodes=0 is not valid: give a positive int."),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"strategy": SingleDeviceStrategy(accelerator=CPUAccelerator()), "accelerator": "cpu"},
+            "accelerator is set twice: by strategy=SingleDeviceStrategy(accelerator=CPUAccelerator) and by "
+            "accelerator='cpu'. Choose one.",
+        ),
+        (
+            {"strategy": SingleDeviceStrategy(checkpoint_io=TorchCheckpointIO()), "plugins": ["async"]},
+            "checkpoint IO is set twice",
+        ),
+        ({"precision": "bf16-mixed", "plugins": [MixedPrecision("16-mixed")]}, "precision is set more than once"),
+        ({"plugins": [TorchCheckpointIO(), "async"]}, "plugins= holds two checkpoint io plugins"),
+        (
+            {"plugins": ["nosuchplugin"]},
+            "plugins=['nosuchplugin'] is not a registered precision, checkpoint IO or cluster environment. Installed:",
+        ),
+        ({"plugins": [42]}, "plugins=[42] has type int"),
+        ({"strategy": "single_device", "devices": 2}, "strategy=SingleDeviceStrategy runs one process, but devices=2"),
+        ({"devices": 0}, "devices=0 selects no device"),
+        ({"devices": "two"}, "devices='two' is not valid with the CPU accelerator"),
+        ({"num_nodes": 0}, "num_nodes=0 is not valid: give a positive int."),
+    ],
+)
 def test_conflicts_and_bad_values_raise_in_the_users_words(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(torchplug.MisconfigurationError) as info:
         resolve(**kwargs)  # type: ignore[arg-type]
@@ -122,10 +140,15 @@ def test_unknown_strategy_suggests_a_close_name() -> None:
 def test_core_source_has_no_device_type_tests() -> None:
     """The core asks the accelerator plugin; it never tests which device it has."""
     source = pathlib.Path(torchplug.__file__).parent
-    patterns = [r"\.type\s*==\s*['\"]", r"isinstance\([^)]*(CUDA|XLA|TPU|IPU|HPU|MPS)\w*Accelerator",
-                r"==\s*['\"](cuda|xla|mps|hpu|ipu)['\"]"]
-    offenders = [f"{path.relative_to(source)}:{number}: {line.strip()}"
-                 for path in source.rglob("*.py")
-                 for number, line in enumerate(path.read_text().splitlines(), 1)
-                 if any(re.search(p, line) for p in patterns)]
+    patterns = [
+        r"\.type\s*==\s*['\"]",
+        r"isinstance\([^)]*(CUDA|XLA|TPU|IPU|HPU|MPS)\w*Accelerator",
+        r"==\s*['\"](cuda|xla|mps|hpu|ipu)['\"]",
+    ]
+    offenders = [
+        f"{path.relative_to(source)}:{number}: {line.strip()}"
+        for path in source.rglob("*.py")
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if any(re.search(p, line) for p in patterns)
+    ]
     assert not offenders, "\n".join(offenders)

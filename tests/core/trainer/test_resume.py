@@ -41,8 +41,13 @@ class SaveAndCrash(torchplug.Callback):
             self._maybe(trainer)
 
 
-def _run(model_kwargs: dict[str, Any], trainer_kwargs: dict[str, Any], data_kwargs: dict[str, Any],
-         callbacks: list[Any] | None = None, ckpt_path: str | None = None) -> dict[str, torch.Tensor]:
+def _run(
+    model_kwargs: dict[str, Any],
+    trainer_kwargs: dict[str, Any],
+    data_kwargs: dict[str, Any],
+    callbacks: list[Any] | None = None,
+    ckpt_path: str | None = None,
+) -> dict[str, torch.Tensor]:
     torch.manual_seed(0)
     model = Classifier(**model_kwargs)
     torch.manual_seed(1234)  # the run's own random stream (shuffling, dropout) starts here
@@ -54,15 +59,23 @@ def _run(model_kwargs: dict[str, Any], trainer_kwargs: dict[str, Any], data_kwar
 SCENARIOS = {
     "mid-epoch": ({}, {"max_epochs": 3}, {}, {"step": 21}),
     "epoch-boundary": ({}, {"max_epochs": 3}, {}, {"step": 16}),
-    "at-validation-end": ({}, {"max_epochs": 3, "val_check_interval": 0.5}, {}, {"step": 24,
-                                                                                 "hook": "on_validation_end"}),
+    "at-validation-end": (
+        {},
+        {"max_epochs": 3, "val_check_interval": 0.5},
+        {},
+        {"step": 24, "hook": "on_validation_end"},
+    ),
     "at-epoch-end": ({}, {"max_epochs": 3}, {}, {"step": 32, "hook": "on_train_epoch_end"}),
     "step-scheduler": ({"scheduler": "step"}, {"max_epochs": 3}, {}, {"step": 13}),
     "epoch-scheduler": ({"scheduler": "epoch"}, {"max_epochs": 3}, {}, {"step": 20}),
     "mid-accumulation": ({}, {"max_epochs": 2, "accumulate_grad_batches": 3}, {}, {"step": 4}),
     "16-mixed-scaler": ({}, {"max_epochs": 2, "precision": "16-mixed"}, {}, {"step": 11}),
-    "clipping-and-limits": ({}, {"max_epochs": 3, "gradient_clip_val": 0.5, "limit_train_batches": 10}, {},
-                            {"step": 15}),
+    "clipping-and-limits": (
+        {},
+        {"max_epochs": 3, "gradient_clip_val": 0.5, "limit_train_batches": 10},
+        {},
+        {"step": 15},
+    ),
 }
 
 

@@ -23,12 +23,22 @@ def main() -> int:
     args = parser.parse_args()
     selection = select_cluster_environment(plugin_host().registry("cluster_environment"))
     env = selection.environment
-    report: dict[str, object] = {"selected": selection.name, "trace": list(selection.trace),
-                                 "step": os.environ.get("SLURM_STEP_ID"), "job_name": os.environ.get("SLURM_JOB_NAME"),
-                                 "torch_imported": "torch" in sys.modules}
+    report: dict[str, object] = {
+        "selected": selection.name,
+        "trace": list(selection.trace),
+        "step": os.environ.get("SLURM_STEP_ID"),
+        "job_name": os.environ.get("SLURM_JOB_NAME"),
+        "torch_imported": "torch" in sys.modules,
+    }
     if selection.name == "slurm":
-        report.update(rank=env.global_rank(), world_size=env.world_size(), local_rank=env.local_rank(),
-                      per_node=env.processes_per_node(), address=env.main_address, port=env.main_port)
+        report.update(
+            rank=env.global_rank(),
+            world_size=env.world_size(),
+            local_rank=env.local_rank(),
+            per_node=env.processes_per_node(),
+            address=env.main_address,
+            port=env.main_port,
+        )
         if args.hold and env.global_rank() == 0:
             with socket.create_server((env.main_address, env.main_port)):
                 report["bound_at"] = time.time()

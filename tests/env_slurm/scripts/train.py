@@ -56,8 +56,9 @@ class Pace(torchplug.Callback):
             self.first_step = trainer.global_step - 1
             if trainer.is_global_zero:
                 restart = os.environ.get("SLURM_RESTART_COUNT", "0")
-                _write_json(self.out / f"started.{restart}.json", {"resumed_at_step": self.first_step,
-                                                                  "pid": os.getpid()})
+                _write_json(
+                    self.out / f"started.{restart}.json", {"resumed_at_step": self.first_step, "pid": os.getpid()}
+                )
         time.sleep(self.sleep)
 
 
@@ -79,16 +80,30 @@ def main() -> int:
     torch.manual_seed(0)
     model = MLP()
     pace = Pace(args.out, args.sleep)
-    trainer = torchplug.Trainer(accelerator="cpu", devices="auto", strategy=args.strategy, max_epochs=args.max_epochs,
-                                enable_progress_bar=False, logger=False, enable_checkpointing=False,
-                                num_sanity_val_steps=0, callbacks=[pace], default_root_dir=args.out / "root")
+    trainer = torchplug.Trainer(
+        accelerator="cpu",
+        devices="auto",
+        strategy=args.strategy,
+        max_epochs=args.max_epochs,
+        enable_progress_bar=False,
+        logger=False,
+        enable_checkpointing=False,
+        num_sanity_val_steps=0,
+        callbacks=[pace],
+        default_root_dir=args.out / "root",
+    )
     trainer.fit(model, DataLoader(dataset(), batch_size=16, shuffle=True))
     rank = trainer.global_rank
     report = {
-        "rank": rank, "world_size": trainer.world_size, "global_step": trainer.global_step,
-        "preempted": trainer.preempted, "environment": type(trainer.cluster_environment).__name__,
-        "strategy": type(trainer.strategy).__name__, "num_devices": trainer.num_devices,
-        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")), "resumed_at_step": pace.first_step,
+        "rank": rank,
+        "world_size": trainer.world_size,
+        "global_step": trainer.global_step,
+        "preempted": trainer.preempted,
+        "environment": type(trainer.cluster_environment).__name__,
+        "strategy": type(trainer.strategy).__name__,
+        "num_devices": trainer.num_devices,
+        "restart_count": int(os.environ.get("SLURM_RESTART_COUNT", "0")),
+        "resumed_at_step": pace.first_step,
         "describe": trainer.describe(),
     }
     if trainer.preempted:  # the checkpoint is written and the job requeued: SLURM ends this run now

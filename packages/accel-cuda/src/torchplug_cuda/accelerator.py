@@ -103,12 +103,18 @@ class CUDAAccelerator(Accelerator):
             return
         states = state.get("cuda") if isinstance(state, dict) else None
         if not isinstance(states, (list, tuple)):
-            warnings.warn(f"The checkpoint's accelerator random state is not a CUDA one ({type(state).__name__}); "
-                          "the GPUs keep their current random state.", stacklevel=2)
+            warnings.warn(
+                f"The checkpoint's accelerator random state is not a CUDA one ({type(state).__name__}); "
+                "the GPUs keep their current random state.",
+                stacklevel=2,
+            )
             return
         count = num_cuda_devices()
         if len(states) != count:
-            warnings.warn(f"The checkpoint holds the random states of {len(states)} GPU(s) and this process sees "
-                          f"{count}; restored the first {min(len(states), count)}.", stacklevel=2)
+            warnings.warn(
+                f"The checkpoint holds the random states of {len(states)} GPU(s) and this process sees "
+                f"{count}; restored the first {min(len(states), count)}.",
+                stacklevel=2,
+            )
         for index, device_state in enumerate(states[:count]):
             torch.cuda.set_rng_state(device_state, index)

@@ -25,8 +25,9 @@ from torchplug_cuda._probe import VISIBLE_DEVICES_ENV, driver_reason, hidden_rea
 __all__ = ["cuda_unavailable_reason", "is_cuda_available", "num_cuda_devices", "parse_cuda_devices"]
 
 _ALL = "all"
-_CHOICES = ("Give a number of GPUs (devices=2), -1 or 'auto' for all of them, or a list of ids "
-            "(devices=[0, 2] or '0,2').")
+_CHOICES = (
+    "Give a number of GPUs (devices=2), -1 or 'auto' for all of them, or a list of ids (devices=[0, 2] or '0,2')."
+)
 
 
 def num_cuda_devices() -> int:
@@ -44,18 +45,26 @@ def cuda_unavailable_reason() -> str | None:
     if num_cuda_devices() > 0:
         return None
     if not torch.backends.cuda.is_built():
-        return (f"torch was built without CUDA (torch {torch.__version__}). Hint: install a CUDA build of torch "
-                "(https://pytorch.org/get-started/locally/), or use accelerator='cpu'.")
+        return (
+            f"torch was built without CUDA (torch {torch.__version__}). Hint: install a CUDA build of torch "
+            "(https://pytorch.org/get-started/locally/), or use accelerator='cpu'."
+        )
     if torch.version.hip:
-        return (f"torch {torch.__version__} (a ROCm build) finds no AMD GPU. Hint: rocm-smi lists what the "
-                "driver sees; check HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES.")
+        return (
+            f"torch {torch.__version__} (a ROCm build) finds no AMD GPU. Hint: rocm-smi lists what the "
+            "driver sees; check HIP_VISIBLE_DEVICES and ROCR_VISIBLE_DEVICES."
+        )
     value = os.environ.get(VISIBLE_DEVICES_ENV)
-    return hidden_reason() or driver_reason() or (
-        f"none of the GPUs that {VISIBLE_DEVICES_ENV}={value!r} names exists. "
-        "Hint: nvidia-smi -L lists the GPUs with their ids and UUIDs."
-        if value is not None else
-        "the NVIDIA driver is loaded but reports no GPU. Hint: nvidia-smi shows what the driver sees; "
-        "inside a container, start it with GPUs (docker run --gpus all)."
+    return (
+        hidden_reason()
+        or driver_reason()
+        or (
+            f"none of the GPUs that {VISIBLE_DEVICES_ENV}={value!r} names exists. "
+            "Hint: nvidia-smi -L lists the GPUs with their ids and UUIDs."
+            if value is not None
+            else "the NVIDIA driver is loaded but reports no GPU. Hint: nvidia-smi shows what the driver sees; "
+            "inside a container, start it with GPUs (docker run --gpus all)."
+        )
     )
 
 
@@ -95,13 +104,17 @@ def parse_cuda_devices(devices: Any, count: int | None = None) -> list[int]:
         return list(range(count))
     if isinstance(request, int):
         if request > count:
-            raise ValueError(f"devices={devices!r} asks for {request} GPUs, but {visible_summary(count)}. "
-                             f"Hint: devices={count} or devices=-1 uses all of them.{_more_hint()}")
+            raise ValueError(
+                f"devices={devices!r} asks for {request} GPUs, but {visible_summary(count)}. "
+                f"Hint: devices={count} or devices=-1 uses all of them.{_more_hint()}"
+            )
         return list(range(request))
     missing = [i for i in request if i >= count]
     if missing:
-        raise ValueError(f"devices={devices!r} asks for {_gpus(missing)}, but {visible_summary(count)}. "
-                         f"{_relative_note()}Hint: use {_valid_ids(count)}, or devices=-1 for all of them.")
+        raise ValueError(
+            f"devices={devices!r} asks for {_gpus(missing)}, but {visible_summary(count)}. "
+            f"{_relative_note()}Hint: use {_valid_ids(count)}, or devices=-1 for all of them."
+        )
     return request
 
 
@@ -152,8 +165,10 @@ def _check_number(devices: Any, number: int) -> str | int:
     if number == -1:
         return _ALL
     if number == 0:
-        raise ValueError(f"devices={devices!r} selects no GPU. Give a number of GPUs (devices=1), -1 for all of "
-                         "them, or a list of ids (devices=[0]); to train without a GPU, use accelerator='cpu'.")
+        raise ValueError(
+            f"devices={devices!r} selects no GPU. Give a number of GPUs (devices=1), -1 for all of "
+            "them, or a list of ids (devices=[0]); to train without a GPU, use accelerator='cpu'."
+        )
     if number < 0:
         raise ValueError(f"devices={devices!r} is negative. {_CHOICES}")
     return number
@@ -164,12 +179,16 @@ def _check_ids(devices: Any, ids: list[int]) -> list[int]:
         raise ValueError(f"devices={devices!r} lists no GPU id. {_CHOICES}")
     negative = [i for i in ids if i < 0]
     if negative:
-        raise ValueError(f"devices={devices!r} holds the negative id {negative[0]}. GPU ids count from 0; -1 means "
-                         "every GPU only as the whole value (devices=-1).")
+        raise ValueError(
+            f"devices={devices!r} holds the negative id {negative[0]}. GPU ids count from 0; -1 means "
+            "every GPU only as the whole value (devices=-1)."
+        )
     repeated = sorted({i for i in ids if ids.count(i) > 1})
     if repeated:
-        raise ValueError(f"devices={devices!r} names {_gpus(repeated)} more than once, but each GPU runs one process. "
-                         f"Hint: list each id once, as in devices={sorted(set(ids))!r}.")
+        raise ValueError(
+            f"devices={devices!r} names {_gpus(repeated)} more than once, but each GPU runs one process. "
+            f"Hint: list each id once, as in devices={sorted(set(ids))!r}."
+        )
     return ids
 
 
@@ -198,8 +217,10 @@ def _relative_note() -> str:
     if value is None:
         return ""
     first = value.split(",")[0].strip()
-    return (f"Ids count within {VISIBLE_DEVICES_ENV}, so id 0 is the GPU the driver calls {first}, not GPU 0 "
-            "of nvidia-smi. ")
+    return (
+        f"Ids count within {VISIBLE_DEVICES_ENV}, so id 0 is the GPU the driver calls {first}, not GPU 0 "
+        "of nvidia-smi. "
+    )
 
 
 def _more_hint() -> str:

@@ -54,8 +54,9 @@ def find_usable_cuda_devices(num_devices: int = -1, *, isolated: bool = True, ti
     if count == 0:
         raise RuntimeError(f"find_usable_cuda_devices({num_devices}) found no GPU: {cuda_unavailable_reason()}")
     if wanted > count:
-        raise ValueError(f"find_usable_cuda_devices({num_devices}) asks for {wanted} GPUs, "
-                         f"but {visible_summary(count)}.")
+        raise ValueError(
+            f"find_usable_cuda_devices({num_devices}) asks for {wanted} GPUs, but {visible_summary(count)}."
+        )
     key = f"{wanted}:{os.environ.get('CUDA_VISIBLE_DEVICES', '*')}"
     inherited = _inherited(key)
     if inherited is not None:
@@ -94,8 +95,9 @@ def _check_request(num_devices: int) -> int:
     try:
         wanted = operator.index(num_devices)
     except TypeError:
-        raise TypeError(f"find_usable_cuda_devices({num_devices!r}): give a number of GPUs (an int), "
-                        "or -1 for all.") from None
+        raise TypeError(
+            f"find_usable_cuda_devices({num_devices!r}): give a number of GPUs (an int), or -1 for all."
+        ) from None
     if wanted < -1:
         raise ValueError(f"find_usable_cuda_devices({num_devices!r}): give a number of GPUs, or -1 for all.")
     return wanted
@@ -118,16 +120,19 @@ def _try_in_child(count: int, limit: int | None, timeout: float) -> dict[int, st
     try:
         done = subprocess.run(command, capture_output=True, text=True, timeout=timeout, check=False)
     except subprocess.TimeoutExpired:
-        raise RuntimeError(f"Trying the GPUs took more than {timeout:g} s (a GPU may hang). Hint: nvidia-smi shows "
-                           "their state; or pass timeout= or isolated=False to find_usable_cuda_devices.") from None
+        raise RuntimeError(
+            f"Trying the GPUs took more than {timeout:g} s (a GPU may hang). Hint: nvidia-smi shows "
+            "their state; or pass timeout= or isolated=False to find_usable_cuda_devices."
+        ) from None
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
         return {int(index): error for index, error in answer.items()}
     except (IndexError, ValueError, AttributeError):
         tail = "\n".join((done.stderr or done.stdout).strip().splitlines()[-5:])
-        raise RuntimeError(f"The process that tries the GPUs failed (exit code {done.returncode}):\n{tail}\n"
-                           "Hint: pass isolated=False to find_usable_cuda_devices to try them in this process."
-                           ) from None
+        raise RuntimeError(
+            f"The process that tries the GPUs failed (exit code {done.returncode}):\n{tail}\n"
+            "Hint: pass isolated=False to find_usable_cuda_devices to try them in this process."
+        ) from None
 
 
 def _child_main() -> None:
@@ -141,7 +146,9 @@ def _shortage(num_devices: int, usable: list[int], results: dict[int, str | None
     asked = "any usable GPU" if num_devices == -1 else f"{num_devices} usable GPU{'s' if num_devices > 1 else ''}"
     found = f"only {len(usable)} ({usable})" if usable else "none"
     failures = "\n".join(f"  GPU {index}: {error}" for index, error in results.items() if error is not None)
-    return (f"find_usable_cuda_devices({num_devices}) looked for {asked} and found {found}. "
-            f"The others could not take a tensor:\n{failures}\n"
-            "Hint: nvidia-smi shows the processes holding them; GPUs in exclusive compute mode serve one process "
-            "at a time. Wait for them, or ask for fewer.")
+    return (
+        f"find_usable_cuda_devices({num_devices}) looked for {asked} and found {found}. "
+        f"The others could not take a tensor:\n{failures}\n"
+        "Hint: nvidia-smi shows the processes holding them; GPUs in exclusive compute mode serve one process "
+        "at a time. Wait for them, or ask for fewer."
+    )

@@ -33,9 +33,11 @@ __all__ = [
     "transformer_engine",
 ]
 
-INSTALL_HINT: Final = ("install Intel Gaudi's PyTorch packages (habana-torch-plugin, see "
-                       "https://docs.habana.ai/en/latest/Installation_Guide/index.html), or use Intel's Gaudi PyTorch "
-                       "container")
+INSTALL_HINT: Final = (
+    "install Intel Gaudi's PyTorch packages (habana-torch-plugin, see "
+    "https://docs.habana.ai/en/latest/Installation_Guide/index.html), or use Intel's Gaudi PyTorch "
+    "container"
+)
 
 #: The reason given everywhere habana_frameworks is needed but missing.
 NOT_INSTALLED: Final = f"habana_frameworks is not installed. Hint: {INSTALL_HINT}"

@@ -19,24 +19,43 @@ _PRECISION: Final = "torchplug_hpu.precision:HPUPrecision"
 
 @hookimpl
 def torchplug_register_accelerators(registry: Registry) -> None:
-    registry.register("hpu", "torchplug_hpu.accelerator:HPUAccelerator", probe=_PROBE,
-                      description="Intel Gaudi HPUs through habana_frameworks; HCCL between processes")
+    registry.register(
+        "hpu",
+        "torchplug_hpu.accelerator:HPUAccelerator",
+        probe=_PROBE,
+        description="Intel Gaudi HPUs through habana_frameworks; HCCL between processes",
+    )
 
 
 @hookimpl
 def torchplug_register_strategies(registry: Registry) -> None:
-    registry.register("hpu_single", "torchplug_hpu.single:HPUSingleStrategy", probe=_PROBE,
-                      description="One HPU in this process")
-    registry.register("hpu_parallel", "torchplug_hpu.parallel:HPUParallelStrategy", probe=_PROBE,
-                      description="DistributedDataParallel over HCCL, one process per HPU")
+    registry.register(
+        "hpu_single", "torchplug_hpu.single:HPUSingleStrategy", probe=_PROBE, description="One HPU in this process"
+    )
+    registry.register(
+        "hpu_parallel",
+        "torchplug_hpu.parallel:HPUParallelStrategy",
+        probe=_PROBE,
+        description="DistributedDataParallel over HCCL, one process per HPU",
+    )
 
 
 @hookimpl
 def torchplug_register_precisions(registry: Registry) -> None:
-    registry.register("hpu-bf16-mixed", _PRECISION, probe=_PROBE, precision="bf16-mixed",
-                      description="float32 weights, bfloat16 autocast on HPUs (precision='bf16-mixed' on an HPU)")
-    registry.register("hpu-fp8", _PRECISION, probe=_PROBE, precision="fp8",
-                      description="fp8 Linear layers through Intel Gaudi's transformer engine, bfloat16 elsewhere")
+    registry.register(
+        "hpu-bf16-mixed",
+        _PRECISION,
+        probe=_PROBE,
+        precision="bf16-mixed",
+        description="float32 weights, bfloat16 autocast on HPUs (precision='bf16-mixed' on an HPU)",
+    )
+    registry.register(
+        "hpu-fp8",
+        _PRECISION,
+        probe=_PROBE,
+        precision="fp8",
+        description="fp8 Linear layers through Intel Gaudi's transformer engine, bfloat16 elsewhere",
+    )
 
 
 @hookimpl

@@ -65,8 +65,10 @@ class HPUAccelerator(Accelerator):
         except _habana.HabanaUnavailableError as exc:
             return str(exc)
         if count < 1:
-            return ("habana_frameworks finds no HPU on this machine (habana_frameworks.torch.hpu.device_count() is 0). "
-                    "Hint: check the Gaudi driver with hl-smi, or use accelerator='cpu'.")
+            return (
+                "habana_frameworks finds no HPU on this machine (habana_frameworks.torch.hpu.device_count() is 0). "
+                "Hint: check the Gaudi driver with hl-smi, or use accelerator='cpu'."
+            )
         return None
 
     @staticmethod
@@ -78,8 +80,11 @@ class HPUAccelerator(Accelerator):
     def parse_devices(devices: Any) -> int:
         """Accept a number of HPUs (processes): a positive int, a string of digits, or ``-1`` for all."""
         if isinstance(devices, bool) or not isinstance(devices, (int, str)):
-            hint = " Hint: HPUs are counted, not chosen by id; pick cards with HABANA_VISIBLE_MODULES=0,1." \
-                if isinstance(devices, (list, tuple)) else ""
+            hint = (
+                " Hint: HPUs are counted, not chosen by id; pick cards with HABANA_VISIBLE_MODULES=0,1."
+                if isinstance(devices, (list, tuple))
+                else ""
+            )
             raise TypeError(f"devices={devices!r} is not valid with accelerator='hpu': {_CHOICES}{hint}")
         text = str(devices).strip()
         if not text.lstrip("-").isdigit() or int(text) == 0 or int(text) < -1:
@@ -89,8 +94,10 @@ class HPUAccelerator(Accelerator):
         if count < 1:
             raise ValueError(f"devices={devices!r} asks for every HPU, but habana_frameworks finds none here.")
         if count > available:
-            raise ValueError(f"devices={devices!r} asks for {count} HPUs, but this machine has {available}. "
-                             f"Hint: use devices={available} (or -1), or fewer.")
+            raise ValueError(
+                f"devices={devices!r} asks for {count} HPUs, but this machine has {available}. "
+                f"Hint: use devices={available} (or -1), or fewer."
+            )
         return count
 
     @staticmethod

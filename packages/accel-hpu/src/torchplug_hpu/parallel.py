@@ -25,8 +25,12 @@ __all__ = ["HPUParallelStrategy"]
 
 T = TypeVar("T")
 
-_REDUCE_OPS: Final = {"sum": dist.ReduceOp.SUM, "mean": dist.ReduceOp.SUM, "max": dist.ReduceOp.MAX,
-                      "min": dist.ReduceOp.MIN}
+_REDUCE_OPS: Final = {
+    "sum": dist.ReduceOp.SUM,
+    "mean": dist.ReduceOp.SUM,
+    "max": dist.ReduceOp.MAX,
+    "min": dist.ReduceOp.MIN,
+}
 
 #: The dtypes HCCL reduces; anything else goes through float32.
 _HCCL_DTYPES: Final = (torch.float32, torch.bfloat16, torch.float16)
@@ -61,8 +65,18 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
         timeout: timedelta = timedelta(minutes=30),
         **ddp_kwargs: Any,
     ) -> None:
-        super().__init__(start_method, find_unused_parameters, accelerator, precision, checkpoint_io,
-                         cluster_environment, parallel_devices, process_group_backend, timeout, **ddp_kwargs)
+        super().__init__(
+            start_method,
+            find_unused_parameters,
+            accelerator,
+            precision,
+            checkpoint_io,
+            cluster_environment,
+            parallel_devices,
+            process_group_backend,
+            timeout,
+            **ddp_kwargs,
+        )
 
     # -- set-up ---------------------------------------------------------------------------------
 
@@ -118,5 +132,7 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
         return pickle.loads(bytes(data.cpu().tolist()))  # type: ignore[no-any-return]
 
     def __repr__(self) -> str:
-        return (f"HPUParallelStrategy(start_method={self.start_method!r}, "
-                f"find_unused_parameters={self.find_unused_parameters})")
+        return (
+            f"HPUParallelStrategy(start_method={self.start_method!r}, "
+            f"find_unused_parameters={self.find_unused_parameters})"
+        )

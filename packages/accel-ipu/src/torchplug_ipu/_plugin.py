@@ -24,14 +24,22 @@ _PRECISIONS: Final = {
 
 @hookimpl
 def torchplug_register_accelerators(registry: Registry) -> None:
-    registry.register("ipu", "torchplug_ipu.accelerator:IPUAccelerator", probe=_PROBE,
-                      description="Graphcore IPUs through poptorch; devices=N replicas (1, 2, 4...)")
+    registry.register(
+        "ipu",
+        "torchplug_ipu.accelerator:IPUAccelerator",
+        probe=_PROBE,
+        description="Graphcore IPUs through poptorch; devices=N replicas (1, 2, 4...)",
+    )
 
 
 @hookimpl
 def torchplug_register_strategies(registry: Registry) -> None:
-    registry.register("ipu", "torchplug_ipu.strategy:IPUStrategy", probe=_PROBE,
-                      description="Steps compiled by PopTorch; replication and gradient accumulation on the IPUs")
+    registry.register(
+        "ipu",
+        "torchplug_ipu.strategy:IPUStrategy",
+        probe=_PROBE,
+        description="Steps compiled by PopTorch; replication and gradient accumulation on the IPUs",
+    )
 
 
 @hookimpl

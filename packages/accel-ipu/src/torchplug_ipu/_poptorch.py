@@ -26,8 +26,10 @@ __all__ = [
     "report",
 ]
 
-INSTALL_HINT: Final = ("install Graphcore's Poplar SDK (https://www.graphcore.ai/downloads) and the poptorch wheel "
-                       "it ships: pip install <sdk>/poptorch-*.whl")
+INSTALL_HINT: Final = (
+    "install Graphcore's Poplar SDK (https://www.graphcore.ai/downloads) and the poptorch wheel "
+    "it ships: pip install <sdk>/poptorch-*.whl"
+)
 
 #: The reason given everywhere poptorch is needed but missing.
 NOT_INSTALLED: Final = f"poptorch is not installed. Hint: {INSTALL_HINT}"

@@ -51,13 +51,15 @@ def micro_batches(options: Any) -> int:
     return int(options.device_iterations * options.replication_factor * options.Training.gradient_accumulation)
 
 
-def tensor_arguments(args: tuple[Any, ...], kwargs: dict[str, Any], count: int) -> tuple[tuple[Any, ...],
-                                                                                         dict[str, Any]]:
+def tensor_arguments(
+    args: tuple[Any, ...], kwargs: dict[str, Any], count: int
+) -> tuple[tuple[Any, ...], dict[str, Any]]:
     """Turn the int arguments (``batch_idx``, ``dataloader_idx``) into tensors of ``count`` equal entries.
 
     PopTorch passes only tensors to a compiled model, and splits each along its first dimension
     into the ``count`` micro-batches of one call: each micro-batch then sees a one-element tensor.
     """
+
     def convert(value: Any) -> Any:
         if isinstance(value, int) and not isinstance(value, bool):
             return torch.full((count,), value, dtype=torch.int32)

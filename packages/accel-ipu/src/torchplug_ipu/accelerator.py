@@ -55,8 +55,10 @@ class IPUAccelerator(Accelerator):
         except _poptorch.PoptorchUnavailableError as exc:
             return str(exc)
         if not available:
-            return ("poptorch finds no IPU on this machine (poptorch.ipuHardwareIsAvailable() is False). "
-                    "Hint: run on an IPU system (gc-info -l lists its IPUs), or use accelerator='cpu'.")
+            return (
+                "poptorch finds no IPU on this machine (poptorch.ipuHardwareIsAvailable() is False). "
+                "Hint: run on an IPU system (gc-info -l lists its IPUs), or use accelerator='cpu'."
+            )
         return None
 
     @staticmethod
@@ -82,8 +84,10 @@ class IPUAccelerator(Accelerator):
             raise ValueError(f"devices={devices!r} is not valid with accelerator='ipu': {_CHOICES}")
         available = IPUAccelerator.auto_device_count()
         if count > available:
-            raise ValueError(f"devices={devices!r} asks for {count} IPUs, but PopTorch can attach {available} here. "
-                             f"Hint: use devices={available} (or -1), or fewer.")
+            raise ValueError(
+                f"devices={devices!r} asks for {count} IPUs, but PopTorch can attach {available} here. "
+                f"Hint: use devices={available} (or -1), or fewer."
+            )
         return count
 
     @staticmethod
@@ -108,5 +112,7 @@ class IPUAccelerator(Accelerator):
         return ipu_precision_name(precision)
 
 
-_CHOICES = ("give the number of replicas, one per IPU: a power of two such as devices=1, 2, 4 or 8 "
-            "(or -1 for every IPU). PopTorch picks the IPUs; ids cannot be chosen.")
+_CHOICES = (
+    "give the number of replicas, one per IPU: a power of two such as devices=1, 2, 4 or 8 "
+    "(or -1 for every IPU). PopTorch picks the IPUs; ids cannot be chosen."
+)

@@ -19,8 +19,17 @@ from torchplug_ipu import _poptorch
 __all__ = ["poptorch_loader"]
 
 #: DataLoader arguments carried over to the poptorch.DataLoader.
-_LOADER_ARGS: Final = ("num_workers", "collate_fn", "pin_memory", "timeout", "worker_init_fn",
-                       "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers")
+_LOADER_ARGS: Final = (
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+)
 
 
 def poptorch_loader(loader: Iterable[Any], options: Any) -> Iterable[Any]:
@@ -56,8 +65,14 @@ def poptorch_loader(loader: Iterable[Any], options: Any) -> Iterable[Any]:
     shuffle = isinstance(sampler, RandomSampler)
     if not isinstance(sampler, (RandomSampler, SequentialSampler)) and not _is_iterable(loader):
         kwargs["sampler"] = sampler
-    return poptorch.DataLoader(options, loader.dataset, batch_size=loader.batch_size,  # type: ignore[no-any-return]
-                               shuffle=shuffle, drop_last=loader.drop_last, **kwargs)
+    return poptorch.DataLoader(  # type: ignore[no-any-return]
+        options,
+        loader.dataset,
+        batch_size=loader.batch_size,
+        shuffle=shuffle,
+        drop_last=loader.drop_last,
+        **kwargs,
+    )
 
 
 def _is_iterable(loader: DataLoader[Any]) -> bool:

@@ -29,8 +29,10 @@ IPU_PRECISIONS: Final[dict[str, str]] = {
 }
 
 #: Why the Trainer cannot clip gradients on IPUs, and what to do instead.
-NO_CLIPPING: Final = ("gradient_clip_val is not supported on IPUs: the gradients never leave the IPU. "
-                      "Hint: drop gradient_clip_val=, or use poptorch.optim.LAMB(..., max_weight_norm=...).")
+NO_CLIPPING: Final = (
+    "gradient_clip_val is not supported on IPUs: the gradients never leave the IPU. "
+    "Hint: drop gradient_clip_val=, or use poptorch.optim.LAMB(..., max_weight_norm=...)."
+)
 
 
 def ipu_precision_name(precision: str) -> str:

@@ -332,8 +332,10 @@ class IPUStrategy(SingleDeviceStrategy):
         super().teardown()
 
     def __repr__(self) -> str:
-        return (f"IPUStrategy(device_iterations={self.device_iterations}, "
-                f"gradient_accumulation={self.gradient_accumulation})")
+        return (
+            f"IPUStrategy(device_iterations={self.device_iterations}, "
+            f"gradient_accumulation={self.gradient_accumulation})"
+        )
 
 
 def _check_count(name: str, value: Any) -> None:
@@ -343,5 +345,11 @@ def _check_count(name: str, value: Any) -> None:
 
 def _settings(optimizer: Optimizer) -> list[dict[str, Any]]:
     """The optimizer's hyper-parameters per group (not the parameters), comparable with ``==``."""
-    return [{key: value.tolist() if isinstance(value, torch.Tensor) else value
-             for key, value in group.items() if key != "params"} for group in optimizer.param_groups]
+    return [
+        {
+            key: value.tolist() if isinstance(value, torch.Tensor) else value
+            for key, value in group.items()
+            if key != "params"
+        }
+        for group in optimizer.param_groups
+    ]

@@ -25,16 +25,29 @@ _PRECISIONS: Final = {
 
 @hookimpl
 def torchplug_register_accelerators(registry: Registry) -> None:
-    registry.register("tpu", "torchplug_tpu.accelerator:XLAAccelerator", aliases=("xla",), probe=_PROBE,
-                      description="Google TPUs (and other XLA devices) through torch_xla")
+    registry.register(
+        "tpu",
+        "torchplug_tpu.accelerator:XLAAccelerator",
+        aliases=("xla",),
+        probe=_PROBE,
+        description="Google TPUs (and other XLA devices) through torch_xla",
+    )
 
 
 @hookimpl
 def torchplug_register_strategies(registry: Registry) -> None:
-    registry.register("xla", "torchplug_tpu.xla:XLAStrategy", probe=_PROBE,
-                      description="One process per XLA device, started by torch_xla's xmp.spawn")
-    registry.register("single_xla", "torchplug_tpu.single_xla:SingleXLAStrategy", probe=_PROBE,
-                      description="One XLA device in this process")
+    registry.register(
+        "xla",
+        "torchplug_tpu.xla:XLAStrategy",
+        probe=_PROBE,
+        description="One process per XLA device, started by torch_xla's xmp.spawn",
+    )
+    registry.register(
+        "single_xla",
+        "torchplug_tpu.single_xla:SingleXLAStrategy",
+        probe=_PROBE,
+        description="One XLA device in this process",
+    )
 
 
 @hookimpl
@@ -45,8 +58,12 @@ def torchplug_register_precisions(registry: Registry) -> None:
 
 @hookimpl
 def torchplug_register_cluster_environments(registry: Registry) -> None:
-    registry.register("xla_runtime", "torchplug_tpu.environment:XLAEnvironment", probe=_PROBE,
-                      description="Ranks from the torch_xla runtime (brought by the XLA strategies; never detected)")
+    registry.register(
+        "xla_runtime",
+        "torchplug_tpu.environment:XLAEnvironment",
+        probe=_PROBE,
+        description="Ranks from the torch_xla runtime (brought by the XLA strategies; never detected)",
+    )
 
 
 @hookimpl

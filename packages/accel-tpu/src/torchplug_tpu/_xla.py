@@ -138,8 +138,10 @@ def device_loader(loader: Iterable[Any], device: torch.device) -> Iterable[Any]:
 
 def report() -> dict[str, Any]:
     """What ``core env`` shows about torch_xla: its version, the PJRT device type and the device count."""
-    data: dict[str, Any] = {"torch_xla": distribution_version("torch_xla"),
-                            "PJRT_DEVICE": os.environ.get("PJRT_DEVICE")}
+    data: dict[str, Any] = {
+        "torch_xla": distribution_version("torch_xla"),
+        "PJRT_DEVICE": os.environ.get("PJRT_DEVICE"),
+    }
     reason = probe()
     if reason is not None:
         data["unavailable"] = reason

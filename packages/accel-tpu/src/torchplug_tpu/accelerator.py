@@ -61,8 +61,10 @@ class XLAAccelerator(Accelerator):
         except Exception as exc:  # torch_xla raises many kinds of errors on machines it cannot use
             return f"torch_xla could not count the XLA devices: {type(exc).__name__}: {exc}"
         if count < 1:
-            return (f"torch_xla found no XLA device on this machine (PJRT_DEVICE={os.environ.get('PJRT_DEVICE')!r}). "
-                    "Hint: run on a TPU VM, or set PJRT_DEVICE=CPU to try XLA on the CPU.")
+            return (
+                f"torch_xla found no XLA device on this machine (PJRT_DEVICE={os.environ.get('PJRT_DEVICE')!r}). "
+                "Hint: run on a TPU VM, or set PJRT_DEVICE=CPU to try XLA on the CPU."
+            )
         return None
 
     @staticmethod
@@ -133,8 +135,10 @@ def _parse(devices: Any, count: int) -> int | list[int]:
     if len(indices) != 1 or isinstance(indices[0], bool) or not isinstance(indices[0], int):
         raise ValueError(f"devices={devices!r} is not valid with accelerator='tpu': {_choices(count)}")
     if not 0 <= indices[0] < count:
-        raise ValueError(f"devices={devices!r} selects XLA device {indices[0]}, but this host has {count} "
-                         f"(ids 0 to {count - 1}). {_choices(count)}")
+        raise ValueError(
+            f"devices={devices!r} selects XLA device {indices[0]}, but this host has {count} "
+            f"(ids 0 to {count - 1}). {_choices(count)}"
+        )
     return indices
 
 
@@ -148,5 +152,7 @@ def _index_list(text: str, devices: str, count: int) -> list[int]:
 def _choices(count: int) -> str:
     if count < 1:
         return "torch_xla sees no XLA device on this host."
-    return (f"XLA trains on one device or on all {count} devices of this host: give devices=1, "
-            f"devices={count} (or -1, 'auto') for all, or devices=[i] for device i (0 to {count - 1}).")
+    return (
+        f"XLA trains on one device or on all {count} devices of this host: give devices=1, "
+        f"devices={count} (or -1, 'auto') for all, or devices=[i] for device i (0 to {count - 1})."
+    )

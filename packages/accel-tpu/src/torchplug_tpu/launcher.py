@@ -87,13 +87,20 @@ class XLALauncher(Launcher):
         return output["result"]
 
 
-def _run_here(index: int, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-              holder: list[Any]) -> None:
+def _run_here(
+    index: int, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any], holder: list[Any]
+) -> None:
     holder.append(function(*args, **kwargs))
 
 
-def _worker(index: int, trainer: Any, function: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any],
-            results_path: str) -> None:
+def _worker(
+    index: int,
+    trainer: Any,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    results_path: str,
+) -> None:
     """One XLA process: run the work, send rank 0's results home, and exit together with the others.
 
     torch_xla's process pool pickles the arguments even with ``fork``, and torch sends tensors

@@ -26,8 +26,12 @@ XLA_PRECISIONS: Final[dict[str, str]] = {
     "bf16-mixed": "xla-bf16-mixed",
 }
 
-_DTYPES: Final = {"32-true": torch.float32, "bf16-true": torch.bfloat16, "16-true": torch.float16,
-                  "bf16-mixed": torch.bfloat16}
+_DTYPES: Final = {
+    "32-true": torch.float32,
+    "bf16-true": torch.bfloat16,
+    "16-true": torch.float16,
+    "bf16-mixed": torch.bfloat16,
+}
 
 
 def xla_precision_name(precision: str) -> str:

@@ -58,8 +58,9 @@ class XLAStrategy(ParallelStrategy):
         start_method: str = "fork",
         sync_module_states: bool = True,
     ) -> None:
-        super().__init__(accelerator, precision, checkpoint_io, cluster_environment or XLAEnvironment(),
-                         parallel_devices)
+        super().__init__(
+            accelerator, precision, checkpoint_io, cluster_environment or XLAEnvironment(), parallel_devices
+        )
         self.start_method = start_method
         self.sync_module_states = sync_module_states
         self._launched = False

@@ -22,62 +22,124 @@ _LAUNCHES = {
 
 @hookimpl
 def torchplug_register_accelerators(registry: Registry) -> None:
-    registry.register("cpu", "torchplug.accelerators.cpu:CPUAccelerator",
-                      description="The CPU; devices=N runs N processes")
+    registry.register(
+        "cpu", "torchplug.accelerators.cpu:CPUAccelerator", description="The CPU; devices=N runs N processes"
+    )
 
 
 @hookimpl
 def torchplug_register_strategies(registry: Registry) -> None:
-    registry.register("single_device", "torchplug.strategies.single_device:SingleDeviceStrategy",
-                      description="One process on one device")
+    registry.register(
+        "single_device",
+        "torchplug.strategies.single_device:SingleDeviceStrategy",
+        description="One process on one device",
+    )
     for name, (start_method, how) in _LAUNCHES.items():
         aliases = ("ddp_notebook",) if name == "ddp_fork" else ()
-        registry.register(name, _DDP, description=f"DistributedDataParallel; {how}", aliases=aliases,
-                          start_method=start_method)
+        registry.register(
+            name, _DDP, description=f"DistributedDataParallel; {how}", aliases=aliases, start_method=start_method
+        )
         for flag in (True, False):
             suffix = str(flag).lower()
-            registry.register(f"{name}_find_unused_parameters_{suffix}", _DDP,
-                              description=f"{name} with find_unused_parameters={flag}",
-                              start_method=start_method, find_unused_parameters=flag)
-    registry.register("fsdp", "torchplug.strategies.fsdp:FSDPStrategy",
-                      description="Fully sharded data parallel (torch FSDP2 fully_shard)")
-    registry.register("fsdp_cpu_offload", "torchplug.strategies.fsdp:FSDPStrategy",
-                      description="FSDP with parameters and gradients offloaded to the CPU", cpu_offload=True)
+            registry.register(
+                f"{name}_find_unused_parameters_{suffix}",
+                _DDP,
+                description=f"{name} with find_unused_parameters={flag}",
+                start_method=start_method,
+                find_unused_parameters=flag,
+            )
+    registry.register(
+        "fsdp",
+        "torchplug.strategies.fsdp:FSDPStrategy",
+        description="Fully sharded data parallel (torch FSDP2 fully_shard)",
+    )
+    registry.register(
+        "fsdp_cpu_offload",
+        "torchplug.strategies.fsdp:FSDPStrategy",
+        description="FSDP with parameters and gradients offloaded to the CPU",
+        cpu_offload=True,
+    )
 
 
 @hookimpl
 def torchplug_register_precisions(registry: Registry) -> None:
-    registry.register("64-true", "torchplug.precision.double:DoublePrecision", aliases=("64", "double"),
-                      description="float64 weights and compute")
-    registry.register("32-true", "torchplug.precision.precision:Precision", aliases=("32",),
-                      description="float32 weights and compute (the default)")
-    registry.register("16-mixed", "torchplug.precision.amp:MixedPrecision", aliases=("16",),
-                      description="float16 autocast with a gradient scaler, float32 weights", precision="16-mixed")
-    registry.register("bf16-mixed", "torchplug.precision.amp:MixedPrecision", aliases=("bf16",),
-                      description="bfloat16 autocast, float32 weights", precision="bf16-mixed")
-    registry.register("16-true", "torchplug.precision.half:HalfPrecision", aliases=("half",),
-                      description="float16 weights and compute", precision="16-true")
-    registry.register("bf16-true", "torchplug.precision.half:HalfPrecision",
-                      description="bfloat16 weights and compute", precision="bf16-true")
+    registry.register(
+        "64-true",
+        "torchplug.precision.double:DoublePrecision",
+        aliases=("64", "double"),
+        description="float64 weights and compute",
+    )
+    registry.register(
+        "32-true",
+        "torchplug.precision.precision:Precision",
+        aliases=("32",),
+        description="float32 weights and compute (the default)",
+    )
+    registry.register(
+        "16-mixed",
+        "torchplug.precision.amp:MixedPrecision",
+        aliases=("16",),
+        description="float16 autocast with a gradient scaler, float32 weights",
+        precision="16-mixed",
+    )
+    registry.register(
+        "bf16-mixed",
+        "torchplug.precision.amp:MixedPrecision",
+        aliases=("bf16",),
+        description="bfloat16 autocast, float32 weights",
+        precision="bf16-mixed",
+    )
+    registry.register(
+        "16-true",
+        "torchplug.precision.half:HalfPrecision",
+        aliases=("half",),
+        description="float16 weights and compute",
+        precision="16-true",
+    )
+    registry.register(
+        "bf16-true",
+        "torchplug.precision.half:HalfPrecision",
+        description="bfloat16 weights and compute",
+        precision="bf16-true",
+    )
 
 
 @hookimpl
 def torchplug_register_checkpoint_io(registry: Registry) -> None:
-    registry.register("torch", "torchplug.io.torch_io:TorchCheckpointIO",
-                      description="torch.save/torch.load through fsspec, written atomically")
-    registry.register("async", "torchplug.io.async_io:AsyncCheckpointIO",
-                      description="Snapshots on the training thread, writes in the background")
+    registry.register(
+        "torch",
+        "torchplug.io.torch_io:TorchCheckpointIO",
+        description="torch.save/torch.load through fsspec, written atomically",
+    )
+    registry.register(
+        "async",
+        "torchplug.io.async_io:AsyncCheckpointIO",
+        description="Snapshots on the training thread, writes in the background",
+    )
 
 
 @hookimpl
 def torchplug_register_cluster_environments(registry: Registry) -> None:
-    registry.register("local", "torchplug.environments.local:LocalEnvironment",
-                      description="This machine; ranks from torchplug's launchers or LOCAL_RANK")
-    registry.register("torchelastic", "torchplug.environments.torchelastic:TorchElasticEnvironment",
-                      description="Processes started by torchrun / torch.distributed.elastic")
-    registry.register("kubeflow", "torchplug.environments.kubeflow:KubeflowEnvironment",
-                      description="Kubeflow PyTorchJob, one process per pod")
-    registry.register("lsf", "torchplug.environments.lsf:LSFEnvironment",
-                      description="IBM Spectrum LSF jobs started with jsrun")
-    registry.register("mpi", "torchplug.environments.mpi:MPIEnvironment",
-                      description="Processes started by mpirun (Open MPI, MPICH, Intel MPI)")
+    registry.register(
+        "local",
+        "torchplug.environments.local:LocalEnvironment",
+        description="This machine; ranks from torchplug's launchers or LOCAL_RANK",
+    )
+    registry.register(
+        "torchelastic",
+        "torchplug.environments.torchelastic:TorchElasticEnvironment",
+        description="Processes started by torchrun / torch.distributed.elastic",
+    )
+    registry.register(
+        "kubeflow",
+        "torchplug.environments.kubeflow:KubeflowEnvironment",
+        description="Kubeflow PyTorchJob, one process per pod",
+    )
+    registry.register(
+        "lsf", "torchplug.environments.lsf:LSFEnvironment", description="IBM Spectrum LSF jobs started with jsrun"
+    )
+    registry.register(
+        "mpi",
+        "torchplug.environments.mpi:MPIEnvironment",
+        description="Processes started by mpirun (Open MPI, MPICH, Intel MPI)",
+    )

@@ -146,16 +146,25 @@ def _records_for(
     canonical = canonicalize_name(name)
     requirement = _core_requirement(requires)
     records = [
-        PluginRecord(name=ep.name, value=ep.value, distribution=name, version=version, location=location,
-                     requires_core=str(requirement) or None if requirement is not None else None, entry_point=ep)
+        PluginRecord(
+            name=ep.name,
+            value=ep.value,
+            distribution=name,
+            version=version,
+            location=location,
+            requires_core=str(requirement) or None if requirement is not None else None,
+            entry_point=ep,
+        )
         for ep in eps
     ]
     if canonical in first_copy:
         kept_version, kept_location = first_copy[canonical]
         for record in records:
             record.state = "shadowed"
-            record.reason = (f"{name} {kept_version} at {kept_location} comes first on sys.path; "
-                             f"this copy ({version} at {location}) is ignored")
+            record.reason = (
+                f"{name} {kept_version} at {kept_location} comes first on sys.path; "
+                f"this copy ({version} at {location}) is ignored"
+            )
         return records
     first_copy[canonical] = (version, location)
     problem = _incompatibility(name, version, requirement, core)
@@ -206,7 +215,7 @@ def _core_requirement(requires: list[str]) -> SpecifierSet | None:
         match = _REQUIREMENT_NAME.match(line)
         if match is None or canonicalize_name(match.group(1)) != CORE_DISTRIBUTION:
             continue  # cheap pre-filter: most requirements are not on core
-        rest = line[match.end():].strip()
+        rest = line[match.end() :].strip()
         if not any(c in rest for c in ";[@("):  # the usual "core>=0.1,<0.2": no marker, extra or URL
             from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
@@ -237,5 +246,7 @@ def _incompatibility(name: str, version: str, requirement: SpecifierSet | None, 
         return ""
     if requirement.contains(installed, prereleases=True):
         return ""
-    return (f"{name} {version} requires core{requirement}, but core {core} is installed. "
-            f"Hint: install a release of {name} that supports core {core}, or a core that matches core{requirement}")
+    return (
+        f"{name} {version} requires core{requirement}, but core {core} is installed. "
+        f"Hint: install a release of {name} that supports core {core}, or a core that matches core{requirement}"
+    )

@@ -190,8 +190,9 @@ class PluginHost:
         start = time.perf_counter()
         settings = self.settings
         version = core_version()
-        builtin = PluginRecord(name="builtin", value=BUILTIN_MODULE, distribution=CORE_DISTRIBUTION,
-                               version=version, builtin=True)
+        builtin = PluginRecord(
+            name="builtin", value=BUILTIN_MODULE, distribution=CORE_DISTRIBUTION, version=version, builtin=True
+        )
         self._records = [builtin]
         self._load_plugin(builtin, lambda: importlib.import_module(BUILTIN_MODULE))
         found = scan(version)

@@ -96,11 +96,18 @@ def _status(winner: RegistryEntry | None, entry: RegistryEntry, rule: str) -> En
         return EntryReport(entry, "broken", f"{type(entry.error).__name__}: {entry.error}")
     dist = entry.provider.distribution or entry.provider.plugin
     if winner is None:
-        return EntryReport(entry, "conflict", f"{entry.name!r} is claimed by several distributions; pick with "
-                                              f"'{entry.name}@{dist}' or TORCHPLUG_PREFER={entry.name}={dist}")
+        return EntryReport(
+            entry,
+            "conflict",
+            f"{entry.name!r} is claimed by several distributions; pick with "
+            f"'{entry.name}@{dist}' or TORCHPLUG_PREFER={entry.name}={dist}",
+        )
     if winner is not entry:
-        return EntryReport(entry, "shadowed", f"{entry.name!r} resolves to {winner.provider} ({rule}); "
-                                              f"use '{entry.name}@{dist}' for this one")
+        return EntryReport(
+            entry,
+            "shadowed",
+            f"{entry.name!r} resolves to {winner.provider} ({rule}); use '{entry.name}@{dist}' for this one",
+        )
     try:
         reason = entry.unavailable_reason()
     except Exception as exc:  # a probe is plugin code: its failure is that plugin's, not the listing's

@@ -55,13 +55,33 @@ BASE_CLASSES: Final[dict[str, str]] = {
 
 #: First-party names that live in a separate distribution: the hint for an unknown name.
 INSTALL_HINTS: Final[dict[str, dict[str, str]]] = {
-    "accelerator": {"cuda": "accel-cuda", "gpu": "accel-cuda", "tpu": "accel-tpu", "xla": "accel-tpu",
-                    "ipu": "accel-ipu", "hpu": "accel-hpu"},
-    "strategy": {"xla": "accel-tpu", "single_xla": "accel-tpu", "xla_fsdp": "accel-tpu", "ipu": "accel-ipu",
-                 "hpu_single": "accel-hpu", "hpu_parallel": "accel-hpu"},
-    "precision": {"xla-32-true": "accel-tpu", "xla-bf16-true": "accel-tpu", "xla-16-true": "accel-tpu",
-                  "ipu-32-true": "accel-ipu", "ipu-16-mixed": "accel-ipu", "ipu-16-true": "accel-ipu",
-                  "hpu-bf16-mixed": "accel-hpu", "hpu-fp8": "accel-hpu", "fp8": "accel-hpu"},
+    "accelerator": {
+        "cuda": "accel-cuda",
+        "gpu": "accel-cuda",
+        "tpu": "accel-tpu",
+        "xla": "accel-tpu",
+        "ipu": "accel-ipu",
+        "hpu": "accel-hpu",
+    },
+    "strategy": {
+        "xla": "accel-tpu",
+        "single_xla": "accel-tpu",
+        "xla_fsdp": "accel-tpu",
+        "ipu": "accel-ipu",
+        "hpu_single": "accel-hpu",
+        "hpu_parallel": "accel-hpu",
+    },
+    "precision": {
+        "xla-32-true": "accel-tpu",
+        "xla-bf16-true": "accel-tpu",
+        "xla-16-true": "accel-tpu",
+        "ipu-32-true": "accel-ipu",
+        "ipu-16-mixed": "accel-ipu",
+        "ipu-16-true": "accel-ipu",
+        "hpu-bf16-mixed": "accel-hpu",
+        "hpu-fp8": "accel-hpu",
+        "fp8": "accel-hpu",
+    },
     "checkpoint_io": {"xla": "io-xla"},
     "cluster_environment": {"slurm": "env-slurm", "xla_runtime": "accel-tpu"},
 }
@@ -73,6 +93,8 @@ _SEPARATORS: Final = re.compile(r"[-_.]+")
 def canonicalize_name(name: str) -> str:
     """A distribution name in its normalised form (PEP 503): ``Vendor_A`` and ``vendor-a`` are one name."""
     return _SEPARATORS.sub("-", name).lower()
+
+
 _TARGET_RE: Final = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 
 
@@ -111,8 +133,12 @@ class Provider:
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, used by ``core plugins list --json``."""
-        return {"plugin": self.plugin, "distribution": self.distribution, "version": self.version,
-                "builtin": self.builtin}
+        return {
+            "plugin": self.plugin,
+            "distribution": self.distribution,
+            "version": self.version,
+            "builtin": self.builtin,
+        }
 
 
 #: The provider of entries registered by user code outside any plugin.
@@ -330,6 +356,7 @@ class Registry:
                 by anyone) and ``override`` is False.
         """
         if target is None:
+
             def decorator(cls: type) -> type:
                 self.register(name, cls, description, override, aliases=aliases, probe=probe, **init_params)
                 return cls
@@ -337,9 +364,14 @@ class Registry:
             return decorator
         provider = self._provider()
         entry = RegistryEntry(
-            kind=self.kind, name=_check_name(name, "name"), target=_check_target(target),
-            description=description, aliases=tuple(_check_name(a, "alias") for a in aliases),
-            init_params=dict(init_params), provider=provider, probe=probe,
+            kind=self.kind,
+            name=_check_name(name, "name"),
+            target=_check_target(target),
+            description=description,
+            aliases=tuple(_check_name(a, "alias") for a in aliases),
+            init_params=dict(init_params),
+            provider=provider,
+            probe=probe,
             override=override and provider is RUNTIME,
         )
         self._add(entry, override)
@@ -524,8 +556,10 @@ class Registry:
         failed = self._host.failed_plugins() if self._host else []
         for record in failed:
             if record.name.lower() == name.lower() or record.state == "broken":
-                parts.append(f"Not loaded: plugin {record.name!r} from {record.provider_label} is {record.state}"
-                             f" ({record.reason}).")
+                parts.append(
+                    f"Not loaded: plugin {record.name!r} from {record.provider_label} is {record.state}"
+                    f" ({record.reason})."
+                )
         hint = INSTALL_HINTS[self.kind].get(name.lower())
         if hint is not None:
             parts.append(f"Hint: pip install {hint}")

@@ -153,6 +153,4 @@ REGISTRATION_HOOKS: Final[dict[str, str]] = {
 }
 
 #: Every hook name a plugin may implement.
-HOOK_NAMES: Final[frozenset[str]] = frozenset(
-    [*REGISTRATION_HOOKS.values(), "torchplug_environment_report"]
-)
+HOOK_NAMES: Final[frozenset[str]] = frozenset([*REGISTRATION_HOOKS.values(), "torchplug_environment_report"])

@@ -75,8 +75,12 @@ class SLURMEnvironment(ClusterEnvironment):
 
     detect_priority: ClassVar[int] = 90
 
-    def __init__(self, auto_requeue: bool | None = None, requeue_signal: int | str | signal.Signals | None = None,
-                 checkpoint_on_sigterm: bool = True) -> None:
+    def __init__(
+        self,
+        auto_requeue: bool | None = None,
+        requeue_signal: int | str | signal.Signals | None = None,
+        checkpoint_on_sigterm: bool = True,
+    ) -> None:
         if auto_requeue is None:
             auto_requeue = os.environ.get(AUTO_REQUEUE_VAR, "1").strip().lower() not in _FALSE
         if requeue_signal is None:
@@ -152,9 +156,7 @@ class SLURMEnvironment(ClusterEnvironment):
         name, counts = layout
         node = self.node_rank() if self._vars.text("SLURM_NODEID") else 0
         if node >= len(counts):
-            raise MisconfigurationError(
-                f"SLURM_NODEID={node}, but {name} lists only {len(counts)} node(s): {counts}."
-            )
+            raise MisconfigurationError(f"SLURM_NODEID={node}, but {name} lists only {len(counts)} node(s): {counts}.")
         return counts[node]
 
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
@@ -249,8 +251,10 @@ class SLURMEnvironment(ClusterEnvironment):
         if checkpoint_io.exists(path):
             log.info("SLURM restart %d of job %s: resuming from %s", variables.restart_count, variables.job_key, path)
             return path
-        rank_zero_warn(f"SLURM restarted job {variables.job_key} (SLURM_RESTART_COUNT={variables.restart_count}), "
-                       f"but there is no preemption checkpoint at {path}: training starts from the beginning.")
+        rank_zero_warn(
+            f"SLURM restarted job {variables.job_key} (SLURM_RESTART_COUNT={variables.restart_count}), "
+            f"but there is no preemption checkpoint at {path}: training starts from the beginning."
+        )
         return None
 
     def teardown_preemption(self) -> None:
@@ -305,7 +309,7 @@ def _check_devices(per_node: int | None, num_devices: int, variables: SlurmVaria
         option = f"--ntasks={variables.num_tasks} over {variables.num_nodes or 1} node(s)"
     raise MisconfigurationError(
         f"devices={num_devices}, but SLURM started {per_node} task(s) on this node ({option}). "
-        f"Hint: Trainer(devices={per_node}) or devices=\"auto\", or start {num_devices} tasks per node: "
+        f'Hint: Trainer(devices={per_node}) or devices="auto", or start {num_devices} tasks per node: '
         f"sbatch --ntasks-per-node={num_devices}."
     )
 

@@ -14,5 +14,6 @@ if TYPE_CHECKING:
 
 __all__ = ["XLACheckpointIO", "__version__"]
 
-__getattr__, __dir__ = lazy_attributes(__name__, {"XLACheckpointIO": "torchplug_xla_io.checkpoint_io"}, globals(),
-                                       distribution="io-xla")
+__getattr__, __dir__ = lazy_attributes(
+    __name__, {"XLACheckpointIO": "torchplug_xla_io.checkpoint_io"}, globals(), distribution="io-xla"
+)

@@ -12,5 +12,8 @@ if TYPE_CHECKING:
 
 @hookimpl
 def torchplug_register_checkpoint_io(registry: Registry) -> None:
-    registry.register("xla", "torchplug_xla_io.checkpoint_io:XLACheckpointIO",
-                      description="XLA tensors moved to the CPU, then written atomically through fsspec")
+    registry.register(
+        "xla",
+        "torchplug_xla_io.checkpoint_io:XLACheckpointIO",
+        description="XLA tensors moved to the CPU, then written atomically through fsspec",
+    )

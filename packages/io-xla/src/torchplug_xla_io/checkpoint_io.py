@@ -60,8 +60,9 @@ class XLACheckpointIO(CheckpointIO):
 
     def load_checkpoint(self, path: str, map_location: Any | None = None, weights_only: bool = True) -> dict[str, Any]:
         """Read the checkpoint at ``path``: onto ``map_location``, else the XLA device when torch_xla is installed."""
-        checkpoint = self._writer.load_checkpoint(path, map_location="cpu" if map_location is None else map_location,
-                                                  weights_only=weights_only)
+        checkpoint = self._writer.load_checkpoint(
+            path, map_location="cpu" if map_location is None else map_location, weights_only=weights_only
+        )
         if map_location is None:
             device = _xla_device()
             if device is not None:

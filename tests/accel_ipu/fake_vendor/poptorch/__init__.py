@@ -25,8 +25,15 @@ from poptorch._options import Options
 
 __version__ = "3.4.0+fake"
 
-__all__ = ["DataLoader", "Options", "PoplarExecutor", "identity_loss", "inferenceModel", "ipuHardwareIsAvailable",
-           "trainingModel"]
+__all__ = [
+    "DataLoader",
+    "Options",
+    "PoplarExecutor",
+    "identity_loss",
+    "inferenceModel",
+    "ipuHardwareIsAvailable",
+    "trainingModel",
+]
 
 
 def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
@@ -34,8 +41,9 @@ def ipuHardwareIsAvailable(num_ipus: int = 1) -> bool:
     return 1 <= num_ipus <= _fake.ipus()
 
 
-def trainingModel(model: torch.nn.Module, options: Options | None = None,
-                  optimizer: torch.optim.Optimizer | None = None) -> PoplarExecutor:
+def trainingModel(
+    model: torch.nn.Module, options: Options | None = None, optimizer: torch.optim.Optimizer | None = None
+) -> PoplarExecutor:
     """A model whose call runs forward, backward and the optimizer step on the (fake) IPUs."""
     _fake.record("trainingModel")
     return PoplarExecutor(model, options, training=True, optimizer=optimizer)
@@ -57,6 +65,7 @@ def identity_loss(x: torch.Tensor, reduction: str) -> torch.Tensor:
 
 
 if not os.environ.get("FAKE_POPTORCH_NO_AUTOCAST"):
+
     class autocast:
         """A region where matrix products compute in float16 (CPU autocast to float16 here)."""
 

@@ -19,8 +19,13 @@ from poptorch._options import Options
 
 
 class PoplarExecutor:
-    def __init__(self, model: torch.nn.Module, options: Options | None, training: bool,
-                 optimizer: torch.optim.Optimizer | None = None) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        options: Options | None,
+        training: bool,
+        optimizer: torch.optim.Optimizer | None = None,
+    ) -> None:
         if training and optimizer is None:
             raise ValueError("trainingModel needs an optimizer")
         self._user_model = model
@@ -51,8 +56,9 @@ class PoplarExecutor:
         host = self._host()
         with torch.inference_mode(False), torch.no_grad():
             params = dict(self._user_model.named_parameters())
-            self._device = {name: t.detach().clone().requires_grad_(self.training and name in params)
-                            for name, t in host.items()}
+            self._device = {
+                name: t.detach().clone().requires_grad_(self.training and name in params) for name, t in host.items()
+            }
         if self.training:
             self._optimizer = self._device_optimizer()
         self._attached = True
@@ -60,8 +66,10 @@ class PoplarExecutor:
     def _device_optimizer(self) -> torch.optim.Optimizer:
         assert self._host_optimizer is not None and self._device is not None
         by_id = {id(p): self._device[name] for name, p in self._user_model.named_parameters()}
-        groups = [{**{k: v for k, v in group.items() if k != "params"},
-                   "params": [by_id[id(p)] for p in group["params"]]} for group in self._host_optimizer.param_groups]
+        groups = [
+            {**{k: v for k, v in group.items() if k != "params"}, "params": [by_id[id(p)] for p in group["params"]]}
+            for group in self._host_optimizer.param_groups
+        ]
         return type(self._host_optimizer)(groups, **self._host_optimizer.defaults)
 
     def attachToDevice(self) -> None:
@@ -147,7 +155,7 @@ class PoplarExecutor:
             for start in range(0, len(chunks), per_step):
                 self._optimizer.zero_grad(set_to_none=True)
                 losses = []
-                for chunk in chunks[start:start + per_step]:
+                for chunk in chunks[start : start + per_step]:
                     _fake.loss = None
                     loss = self._forward(chunk)
                     if loss is not _fake.loss:
@@ -168,8 +176,10 @@ def _split(data: Any, count: int) -> list[Any]:
     """Split every tensor of ``data`` along its first dimension into ``count`` micro-batches."""
     if isinstance(data, torch.Tensor):
         if data.dim() == 0 or data.shape[0] % count:
-            raise ValueError(f"An input of shape {tuple(data.shape)} cannot be split into {count} micro-batches: "
-                             "its first dimension must be a multiple of device_iterations x replicas x accumulation")
+            raise ValueError(
+                f"An input of shape {tuple(data.shape)} cannot be split into {count} micro-batches: "
+                "its first dimension must be a multiple of device_iterations x replicas x accumulation"
+            )
         return list(data.chunk(count))
     if isinstance(data, (list, tuple)):
         parts = [_split(item, count) for item in data]

@@ -37,8 +37,9 @@ def claim(executor: Any) -> None:
     """Give the IPUs to ``executor``; fails, as Poplar does, when another model holds them."""
     global attached
     if attached is not None and attached is not executor:
-        raise RuntimeError("Failed to acquire 1 IPU(s): the IPUs are attached to another model. "
-                           "Call detachFromDevice() on it first.")
+        raise RuntimeError(
+            "Failed to acquire 1 IPU(s): the IPUs are attached to another model. Call detachFromDevice() on it first."
+        )
     attached = executor
 
 

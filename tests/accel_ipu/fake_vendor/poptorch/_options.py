@@ -87,7 +87,11 @@ class Options:
         return getattr(self, name, None) is not None
 
     def toDict(self) -> dict[str, Any]:
-        return {"device_iterations": self.device_iterations, "replication_factor": self.replication_factor,
-                "gradient_accumulation": self.Training.gradient_accumulation, "random_seed": self.random_seed,
-                "partials_type": self.Precision.partials_type,
-                "stochastic_rounding": self.Precision.stochastic_rounding}
+        return {
+            "device_iterations": self.device_iterations,
+            "replication_factor": self.replication_factor,
+            "gradient_accumulation": self.Training.gradient_accumulation,
+            "random_seed": self.random_seed,
+            "partials_type": self.Precision.partials_type,
+            "stochastic_rounding": self.Precision.stochastic_rounding,
+        }

@@ -50,8 +50,13 @@ def loader(n: int = 64, batch_size: int = 8, shuffle: bool = True) -> DataLoader
 
 def mlp(unused: bool = False) -> torch.nn.Module:
     """The MLP 32-64-64-1 the tests train (built after ``torch.manual_seed(SEED)`` for fixed weights)."""
-    return torch.nn.Sequential(torch.nn.Linear(IN, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, HIDDEN),
-                               torch.nn.ReLU(), torch.nn.Linear(HIDDEN, 1))
+    return torch.nn.Sequential(
+        torch.nn.Linear(IN, HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, HIDDEN),
+        torch.nn.ReLU(),
+        torch.nn.Linear(HIDDEN, 1),
+    )
 
 
 class Regressor(torchplug.Module):
@@ -69,9 +74,17 @@ class Regressor(torchplug.Module):
         dropout: Drop this fraction of the inputs in training (so the result depends on the random state).
     """
 
-    def __init__(self, lr: float = 0.05, unused: bool = False, crash_rank: int = -1, crash_step: int = -1,
-                 crash_how: str = "raise", stall_rank: int = -1, log_sync: bool = False,
-                 dropout: float = 0.0) -> None:
+    def __init__(
+        self,
+        lr: float = 0.05,
+        unused: bool = False,
+        crash_rank: int = -1,
+        crash_step: int = -1,
+        crash_how: str = "raise",
+        stall_rank: int = -1,
+        log_sync: bool = False,
+        dropout: float = 0.0,
+    ) -> None:
         super().__init__()
         self.save_hyperparameters()
         torch.manual_seed(SEED)
@@ -200,24 +213,30 @@ def write_main(out: str, trainer: Any, module: torch.nn.Module) -> None:
     for key, value in sorted(module.state_dict().items()):
         value = value.full_tensor() if hasattr(value, "full_tensor") else value
         state[key] = value.detach().cpu()
-    write_json(Path(out) / f"main_{os.getpid()}.json", {
-        "pid": os.getpid(),
-        "launched_by_us": "TORCHPLUG_PARENT_PID" in os.environ,
-        "global_step": trainer.global_step,
-        "hash": state_hash(state),
-        "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
-        "checkpoint_dirpath": getattr(trainer.checkpoint_callback, "dirpath", None),
-        "last_model_path": getattr(trainer.checkpoint_callback, "last_model_path", None),
-        "best_model_path": getattr(trainer.checkpoint_callback, "best_model_path", None),
-    })
+    write_json(
+        Path(out) / f"main_{os.getpid()}.json",
+        {
+            "pid": os.getpid(),
+            "launched_by_us": "TORCHPLUG_PARENT_PID" in os.environ,
+            "global_step": trainer.global_step,
+            "hash": state_hash(state),
+            "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
+            "checkpoint_dirpath": getattr(trainer.checkpoint_callback, "dirpath", None),
+            "last_model_path": getattr(trainer.checkpoint_callback, "last_model_path", None),
+            "best_model_path": getattr(trainer.checkpoint_callback, "best_model_path", None),
+        },
+    )
 
 
 def write_error(out: str, exc: BaseException) -> None:
     """Record the error ``trainer.fit`` raised in this process."""
-    write_json(Path(out) / f"error_{os.getpid()}.json", {
-        "pid": os.getpid(),
-        "type": type(exc).__name__,
-        "message": str(exc),
-        "error_index": getattr(exc, "error_index", None),
-        "cause": type(exc.__cause__).__name__ if exc.__cause__ is not None else None,
-    })
+    write_json(
+        Path(out) / f"error_{os.getpid()}.json",
+        {
+            "pid": os.getpid(),
+            "type": type(exc).__name__,
+            "message": str(exc),
+            "error_index": getattr(exc, "error_index", None),
+            "cause": type(exc.__cause__).__name__ if exc.__cause__ is not None else None,
+        },
+    )

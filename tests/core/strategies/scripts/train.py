@@ -34,17 +34,28 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--unused", action="store_true", help="a model with a parameter outside the loss")
     parser.add_argument("--crash-rank", type=int, default=-1)
     parser.add_argument("--crash-step", type=int, default=-1)
-    parser.add_argument("--crash-how", choices=("raise", "kill"), default="raise",
-                        help="raise an error, or SIGKILL the process (no Python clean-up at all)")
-    parser.add_argument("--stall-rank", type=int, default=-1,
-                        help="this rank sleeps for an hour at --crash-step (stuck outside any collective)")
+    parser.add_argument(
+        "--crash-how",
+        choices=("raise", "kill"),
+        default="raise",
+        help="raise an error, or SIGKILL the process (no Python clean-up at all)",
+    )
+    parser.add_argument(
+        "--stall-rank",
+        type=int,
+        default=-1,
+        help="this rank sleeps for an hour at --crash-step (stuck outside any collective)",
+    )
     parser.add_argument("--catch", action="store_true", help="record the error fit raised in error_<pid>.json")
     parser.add_argument("--log-sync", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --root")
     parser.add_argument("--checkpoint", action="store_true", help="a ModelCheckpoint saving every step")
-    parser.add_argument("--default-ckpt-dir", action="store_true",
-                        help="--checkpoint without a dirpath: <log_dir>/checkpoints, decided at setup")
+    parser.add_argument(
+        "--default-ckpt-dir",
+        action="store_true",
+        help="--checkpoint without a dirpath: <log_dir>/checkpoints, decided at setup",
+    )
     parser.add_argument("--count-writes", help="log file of every checkpoint write (through the CheckpointIO)")
     parser.add_argument("--root", help="default_root_dir")
     parser.add_argument("--log-every", type=int, default=1)
@@ -62,8 +73,9 @@ def strategy_of(args: argparse.Namespace) -> Any:
     if args.strategy == "fsdp" and (args.wrap_linear or args.start_method != "popen"):
         from torchplug.strategies.fsdp import FSDPStrategy
 
-        return FSDPStrategy(auto_wrap_policy={torch.nn.Linear} if args.wrap_linear else None,
-                            start_method=args.start_method)
+        return FSDPStrategy(
+            auto_wrap_policy={torch.nn.Linear} if args.wrap_linear else None, start_method=args.start_method
+        )
     return args.strategy
 
 
@@ -88,17 +100,40 @@ def main(argv: list[str] | None = None) -> None:
     plugins = [common.CountingCheckpointIO(args.count_writes)] if args.count_writes else None
     devices = int(args.devices) if args.devices.isdigit() else args.devices
     trainer = torchplug.Trainer(
-        accelerator="cpu", devices=devices, num_nodes=args.num_nodes, strategy=strategy_of(args), plugins=plugins,
-        max_epochs=args.epochs, max_steps=args.max_steps, logger=logger, callbacks=callbacks_of(args),
-        enable_checkpointing=args.checkpoint, enable_progress_bar=False, num_sanity_val_steps=0,
-        log_every_n_steps=args.log_every, accumulate_grad_batches=args.accumulate, gradient_clip_val=args.clip,
+        accelerator="cpu",
+        devices=devices,
+        num_nodes=args.num_nodes,
+        strategy=strategy_of(args),
+        plugins=plugins,
+        max_epochs=args.epochs,
+        max_steps=args.max_steps,
+        logger=logger,
+        callbacks=callbacks_of(args),
+        enable_checkpointing=args.checkpoint,
+        enable_progress_bar=False,
+        num_sanity_val_steps=0,
+        log_every_n_steps=args.log_every,
+        accumulate_grad_batches=args.accumulate,
+        gradient_clip_val=args.clip,
         default_root_dir=args.root,
     )
-    common.write_json(Path(args.out) / f"constructed_{os.getpid()}.json", {
-        "global_rank": trainer.global_rank, "world_size": trainer.world_size, "is_global_zero": trainer.is_global_zero})
-    model = common.Regressor(unused=args.unused, crash_rank=args.crash_rank, crash_step=args.crash_step,
-                             crash_how=args.crash_how, stall_rank=args.stall_rank, log_sync=args.log_sync,
-                             dropout=args.dropout)
+    common.write_json(
+        Path(args.out) / f"constructed_{os.getpid()}.json",
+        {
+            "global_rank": trainer.global_rank,
+            "world_size": trainer.world_size,
+            "is_global_zero": trainer.is_global_zero,
+        },
+    )
+    model = common.Regressor(
+        unused=args.unused,
+        crash_rank=args.crash_rank,
+        crash_step=args.crash_step,
+        crash_how=args.crash_how,
+        stall_rank=args.stall_rank,
+        log_sync=args.log_sync,
+        dropout=args.dropout,
+    )
     try:
         trainer.fit(model, common.loader(args.samples, args.batch_size), ckpt_path=args.resume)
     except Exception as exc:

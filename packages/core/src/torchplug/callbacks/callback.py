@@ -80,12 +80,14 @@ class Callback:
     def on_validation_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Called at the end of a validation epoch."""
 
-    def on_validation_batch_start(self, trainer: Trainer, module: Module, batch: Any, batch_idx: int,
-                                  dataloader_idx: int = 0) -> None:
+    def on_validation_batch_start(
+        self, trainer: Trainer, module: Module, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Called before each validation batch."""
 
-    def on_validation_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Called after each validation batch."""
 
     def on_test_start(self, trainer: Trainer, module: Module) -> None:
@@ -100,12 +102,14 @@ class Callback:
     def on_test_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Called at the end of the test epoch."""
 
-    def on_test_batch_start(self, trainer: Trainer, module: Module, batch: Any, batch_idx: int,
-                            dataloader_idx: int = 0) -> None:
+    def on_test_batch_start(
+        self, trainer: Trainer, module: Module, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Called before each test batch."""
 
-    def on_test_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int,
-                          dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Called after each test batch."""
 
     def on_predict_start(self, trainer: Trainer, module: Module) -> None:
@@ -120,12 +124,14 @@ class Callback:
     def on_predict_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Called at the end of the predict epoch."""
 
-    def on_predict_batch_start(self, trainer: Trainer, module: Module, batch: Any, batch_idx: int,
-                               dataloader_idx: int = 0) -> None:
+    def on_predict_batch_start(
+        self, trainer: Trainer, module: Module, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Called before each predict batch."""
 
-    def on_predict_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int,
-                             dataloader_idx: int = 0) -> None:
+    def on_predict_batch_end(
+        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Called after each predict batch."""
 
     def on_before_backward(self, trainer: Trainer, module: Module, loss: torch.Tensor) -> None:

@@ -77,8 +77,9 @@ class EarlyStopping(Callback):
         if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
             raise MisconfigurationError(f"EarlyStopping(patience={patience!r}): give the number of checks to wait.")
         if min_delta < 0:
-            raise MisconfigurationError(f"EarlyStopping(min_delta={min_delta!r}): give the smallest improvement "
-                                        "that counts, a number >= 0.")
+            raise MisconfigurationError(
+                f"EarlyStopping(min_delta={min_delta!r}): give the smallest improvement that counts, a number >= 0."
+            )
         self.monitor = monitor
         self.min_delta = float(min_delta)
         self.patience = patience
@@ -104,8 +105,12 @@ class EarlyStopping(Callback):
 
     def state_dict(self) -> dict[str, Any]:
         """``wait_count``, ``stopped_epoch``, ``best_score`` and ``patience`` (plain data and a tensor)."""
-        return {"wait_count": self.wait_count, "stopped_epoch": self.stopped_epoch, "best_score": self.best_score,
-                "patience": self.patience}
+        return {
+            "wait_count": self.wait_count,
+            "stopped_epoch": self.stopped_epoch,
+            "best_score": self.best_score,
+            "patience": self.patience,
+        }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Restore what :meth:`state_dict` returned."""
@@ -120,8 +125,9 @@ class EarlyStopping(Callback):
         """Decide where the check runs (see ``check_on_train_epoch_end``)."""
         if self._check_on_train_epoch_end is None:
             interval = trainer.val_check_interval
-            self._on_epoch_end = (isinstance(interval, float) and interval == 1.0
-                                  and trainer.check_val_every_n_epoch == 1)
+            self._on_epoch_end = (
+                isinstance(interval, float) and interval == 1.0 and trainer.check_val_every_n_epoch == 1
+            )
         else:
             self._on_epoch_end = self._check_on_train_epoch_end
 
@@ -145,9 +151,11 @@ class EarlyStopping(Callback):
         metrics = trainer.callback_metrics
         value = metrics.get(self.monitor)
         if value is None:
-            message = (f"EarlyStopping(monitor={self.monitor!r}) found no metric {self.monitor!r}. Logged metrics: "
-                       f"{', '.join(sorted(metrics)) or '(none)'}. Hint: call self.log({self.monitor!r}, value) in "
-                       "your Module, monitor one of those, or pass strict=False to skip checks without it.")
+            message = (
+                f"EarlyStopping(monitor={self.monitor!r}) found no metric {self.monitor!r}. Logged metrics: "
+                f"{', '.join(sorted(metrics)) or '(none)'}. Hint: call self.log({self.monitor!r}, value) in "
+                "your Module, monitor one of those, or pass strict=False to skip checks without it."
+            )
             if self.strict:
                 raise MisconfigurationError(message)
             rank_zero_warn(message)
@@ -168,29 +176,42 @@ class EarlyStopping(Callback):
         best = float(self.best_score)
         sign = "<" if self.mode == "min" else ">"
         if self.check_finite and not math.isfinite(value):
-            return True, (f"Monitored metric {self.monitor} = {value} is not finite. Previous best value was "
-                          f"{best:.4g}. Signaling Trainer to stop.")
+            return True, (
+                f"Monitored metric {self.monitor} = {value} is not finite. Previous best value was "
+                f"{best:.4g}. Signaling Trainer to stop."
+            )
         if self.stopping_threshold is not None and better(value, self.stopping_threshold):
-            return True, (f"Stopping threshold reached: {self.monitor} = {value:.4g} {sign} "
-                          f"{self.stopping_threshold}. Signaling Trainer to stop.")
+            return True, (
+                f"Stopping threshold reached: {self.monitor} = {value:.4g} {sign} "
+                f"{self.stopping_threshold}. Signaling Trainer to stop."
+            )
         if self.divergence_threshold is not None and better(-value, -self.divergence_threshold):
-            return True, (f"Divergence threshold reached: {self.monitor} = {value:.4g} "
-                          f"{'>' if self.mode == 'min' else '<'} {self.divergence_threshold}. Signaling Trainer "
-                          "to stop.")
+            return True, (
+                f"Divergence threshold reached: {self.monitor} = {value:.4g} "
+                f"{'>' if self.mode == 'min' else '<'} {self.divergence_threshold}. Signaling Trainer "
+                "to stop."
+            )
         delta = -self.min_delta if self.mode == "min" else self.min_delta
         if better(value - delta, best):
-            message = (f"Metric {self.monitor} improved by {abs(best - value):.4g} >= min_delta = {self.min_delta}. "
-                       f"New best score: {value:.4g}" if math.isfinite(best)
-                       else f"Metric {self.monitor} improved. New best score: {value:.4g}")
+            message = (
+                f"Metric {self.monitor} improved by {abs(best - value):.4g} >= min_delta = {self.min_delta}. "
+                f"New best score: {value:.4g}"
+                if math.isfinite(best)
+                else f"Metric {self.monitor} improved. New best score: {value:.4g}"
+            )
             self.best_score = current.clone()
             self.wait_count = 0
             return False, message
         self.wait_count += 1
         if self.wait_count >= self.patience:
-            return True, (f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
-                          f"Best score: {best:.4g}. Signaling Trainer to stop.")
+            return True, (
+                f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
+                f"Best score: {best:.4g}. Signaling Trainer to stop."
+            )
         return False, None
 
     def __repr__(self) -> str:
-        return (f"EarlyStopping(monitor={self.monitor!r}, mode={self.mode!r}, patience={self.patience}, "
-                f"min_delta={self.min_delta})")
+        return (
+            f"EarlyStopping(monitor={self.monitor!r}, mode={self.mode!r}, patience={self.patience}, "
+            f"min_delta={self.min_delta})"
+        )

@@ -54,11 +54,14 @@ class LearningRateMonitor(Callback):
         MisconfigurationError: At the start of ``fit`` when the Trainer has no logger.
     """
 
-    def __init__(self, logging_interval: str | None = None, log_momentum: bool = False,
-                 log_weight_decay: bool = False) -> None:
+    def __init__(
+        self, logging_interval: str | None = None, log_momentum: bool = False, log_weight_decay: bool = False
+    ) -> None:
         if logging_interval not in _INTERVALS:
-            raise MisconfigurationError(f"LearningRateMonitor(logging_interval={logging_interval!r}): choose "
-                                        "'step', 'epoch' or None (each scheduler's own interval).")
+            raise MisconfigurationError(
+                f"LearningRateMonitor(logging_interval={logging_interval!r}): choose "
+                "'step', 'epoch' or None (each scheduler's own interval)."
+            )
         self.logging_interval = logging_interval
         self.log_momentum = log_momentum
         self.log_weight_decay = log_weight_decay
@@ -70,13 +73,16 @@ class LearningRateMonitor(Callback):
     def on_fit_start(self, trainer: Trainer, module: Module) -> None:
         """Check for a logger and name every optimizer (they exist by now)."""
         if not trainer.loggers and not trainer.fast_dev_run:
-            raise MisconfigurationError("LearningRateMonitor needs a logger: Trainer(logger=...). Hint: "
-                                        "Trainer(logger=CSVLogger('logs')), or remove the LearningRateMonitor.")
+            raise MisconfigurationError(
+                "LearningRateMonitor needs a logger: Trainer(logger=...). Hint: "
+                "Trainer(logger=CSVLogger('logs')), or remove the LearningRateMonitor."
+            )
         self._tracked = _track(trainer)
         self._last_step_logged = -1
         if self.log_momentum and any(not _has_momentum(t.optimizer) for t in self._tracked):
-            rank_zero_warn("LearningRateMonitor(log_momentum=True): some optimizers have no momentum; "
-                           "0 is logged for them.")
+            rank_zero_warn(
+                "LearningRateMonitor(log_momentum=True): some optimizers have no momentum; 0 is logged for them."
+            )
 
     def on_train_batch_start(self, trainer: Trainer, module: Module, batch: Any, batch_idx: int) -> None:
         """Log the step values every ``log_every_n_steps`` optimizer steps (once per step)."""

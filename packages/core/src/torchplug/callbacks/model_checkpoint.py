@@ -148,8 +148,12 @@ class ModelCheckpoint(Callback):
     @property
     def state_key(self) -> str:
         """Unique per configuration, so several ModelCheckpoints keep separate state in a checkpoint."""
-        settings = {"monitor": self.monitor, "mode": self.mode, "every_n_train_steps": self._every_n_train_steps,
-                    "every_n_epochs": self._every_n_epochs}
+        settings = {
+            "monitor": self.monitor,
+            "mode": self.mode,
+            "every_n_train_steps": self._every_n_train_steps,
+            "every_n_epochs": self._every_n_epochs,
+        }
         return f"{type(self).__qualname__}{settings!r}"
 
     def state_dict(self) -> dict[str, Any]:
@@ -189,9 +193,11 @@ class ModelCheckpoint(Callback):
             self.last_model_path = state_dict.get("last_model_path", "")
             self._recent_paths = list(state_dict.get("recent_model_paths", []))
         else:
-            rank_zero_warn(f"ModelCheckpoint: the checkpoint was written to {saved_dir!r}, this run writes to "
-                           f"{self.dirpath!r}; only best_model_path is restored, the top-k and last checkpoints "
-                           "there are left alone.")
+            rank_zero_warn(
+                f"ModelCheckpoint: the checkpoint was written to {saved_dir!r}, this run writes to "
+                f"{self.dirpath!r}; only best_model_path is restored, the top-k and last checkpoints "
+                "there are left alone."
+            )
         self.best_model_path = state_dict.get("best_model_path", "")
 
     # -- hooks ------------------------------------------------------------------------------------
@@ -231,8 +237,12 @@ class ModelCheckpoint(Callback):
     # -- when -------------------------------------------------------------------------------------
 
     def _skip(self, trainer: Trainer) -> bool:
-        return (bool(trainer.fast_dev_run) or trainer.state.fn is not TrainerFn.FITTING or trainer.sanity_checking
-                or self._last_global_step_saved == trainer.global_step)
+        return (
+            bool(trainer.fast_dev_run)
+            or trainer.state.fn is not TrainerFn.FITTING
+            or trainer.sanity_checking
+            or self._last_global_step_saved == trainer.global_step
+        )
 
     def _saves_on_train_epoch_end(self, trainer: Trainer) -> bool:
         if self._save_on_train_epoch_end is not None:
@@ -288,13 +298,18 @@ class ModelCheckpoint(Callback):
         if self._in_top_k(score):
             self._update_best_and_save(trainer, torch.tensor(score), candidates)
         elif self.verbose:
-            self._say(trainer, f"Epoch {int(candidates['epoch'])}, global step {int(candidates['step'])}: "
-                               f"{self.monitor!r} ({score:.5g}) was not in the top {self.save_top_k}.")
+            self._say(
+                trainer,
+                f"Epoch {int(candidates['epoch'])}, global step {int(candidates['step'])}: "
+                f"{self.monitor!r} ({score:.5g}) was not in the top {self.save_top_k}.",
+            )
 
     def _missing_monitor(self, trainer: Trainer, candidates: dict[str, Any], at_epoch_end: bool) -> None:
         logged = ", ".join(self._logged_names) or "(none)"
-        message = (f"ModelCheckpoint(monitor={self.monitor!r}) found no metric {self.monitor!r}. Logged metrics: "
-                   f"{logged}. Hint: call self.log({self.monitor!r}, value) in your Module, or monitor one of those.")
+        message = (
+            f"ModelCheckpoint(monitor={self.monitor!r}) found no metric {self.monitor!r}. Logged metrics: "
+            f"{logged}. Hint: call self.log({self.monitor!r}, value) in your Module, or monitor one of those."
+        )
         never_coming = self._validated or (at_epoch_end and not sum(trainer.num_val_batches))
         if never_coming:
             raise MisconfigurationError(message)
@@ -324,9 +339,12 @@ class ModelCheckpoint(Callback):
         self.best_model_path = best(self.best_k_models, key=lambda p: float(self.best_k_models[p]))
         self.best_model_score = self.best_k_models[self.best_model_path]
         if self.verbose:
-            self._say(trainer, f"Epoch {int(candidates['epoch'])}, global step {int(candidates['step'])}: "
-                               f"{self.monitor!r} reached {float(current):.5g} (best "
-                               f"{float(self.best_model_score):.5g}), saving model to {path!r} as top {k}.")
+            self._say(
+                trainer,
+                f"Epoch {int(candidates['epoch'])}, global step {int(candidates['step'])}: "
+                f"{self.monitor!r} reached {float(current):.5g} (best "
+                f"{float(self.best_model_score):.5g}), saving model to {path!r} as top {k}.",
+            )
         self._write(trainer, path)
         if replaced and replaced != path:
             self._remove(trainer, replaced)
@@ -355,8 +373,9 @@ class ModelCheckpoint(Callback):
 
     # -- names ------------------------------------------------------------------------------------
 
-    def format_checkpoint_name(self, metrics: dict[str, Any], filename: str | None = None,
-                               ver: int | None = None) -> str:
+    def format_checkpoint_name(
+        self, metrics: dict[str, Any], filename: str | None = None, ver: int | None = None
+    ) -> str:
         """The path for ``metrics`` (name to value): the template filled in, ``-v<ver>``, ``.ckpt``, in ``dirpath``.
 
         Example:
@@ -364,15 +383,17 @@ class ModelCheckpoint(Callback):
             ...     {"epoch": 3, "val_loss": 0.123})
             'ckpts/epoch=3-val_loss=0.12.ckpt'
         """
-        name = _fill_template(filename or self.filename or "{epoch}-{step}", dict(metrics),
-                              self.auto_insert_metric_name)
+        name = _fill_template(
+            filename or self.filename or "{epoch}-{step}", dict(metrics), self.auto_insert_metric_name
+        )
         if ver is not None:
             name = f"{name}{self.CHECKPOINT_JOIN_CHAR}v{ver}"
         name += self.FILE_EXTENSION
         return f"{self.dirpath.rstrip('/')}/{name}" if self.dirpath else name
 
-    def _unique_path(self, trainer: Trainer, candidates: dict[str, Any], reusable: str,
-                     filename: str | None = None) -> str:
+    def _unique_path(
+        self, trainer: Trainer, candidates: dict[str, Any], reusable: str, filename: str | None = None
+    ) -> str:
         """Rank 0 picks a free name (``-v1``... when taken, unless it is ``reusable``); every rank gets it."""
         path: str | None = None
         if trainer.is_global_zero or trainer.world_size == 1:
@@ -432,18 +453,24 @@ class ModelCheckpoint(Callback):
             print(message, flush=True)
 
     def __repr__(self) -> str:
-        return (f"ModelCheckpoint(dirpath={self.dirpath!r}, monitor={self.monitor!r}, mode={self.mode!r}, "
-                f"save_top_k={self.save_top_k}, save_last={self.save_last!r})")
+        return (
+            f"ModelCheckpoint(dirpath={self.dirpath!r}, monitor={self.monitor!r}, mode={self.mode!r}, "
+            f"save_top_k={self.save_top_k}, save_last={self.save_last!r})"
+        )
 
 
-def _check_arguments(mode: str, save_top_k: int, save_last: Any, every_n_train_steps: int | None,
-                     every_n_epochs: int | None) -> None:
+def _check_arguments(
+    mode: str, save_top_k: int, save_last: Any, every_n_train_steps: int | None, every_n_epochs: int | None
+) -> None:
     if mode not in _MODES:
-        raise MisconfigurationError(f"ModelCheckpoint(mode={mode!r}): choose 'min' (lower is better, for losses) "
-                                    "or 'max' (for accuracies).")
+        raise MisconfigurationError(
+            f"ModelCheckpoint(mode={mode!r}): choose 'min' (lower is better, for losses) or 'max' (for accuracies)."
+        )
     if isinstance(save_top_k, bool) or not isinstance(save_top_k, int) or save_top_k < -1:
-        raise MisconfigurationError(f"ModelCheckpoint(save_top_k={save_top_k!r}): give -1 (keep all), 0 (none) "
-                                    "or the number of checkpoints to keep.")
+        raise MisconfigurationError(
+            f"ModelCheckpoint(save_top_k={save_top_k!r}): give -1 (keep all), 0 (none) "
+            "or the number of checkpoints to keep."
+        )
     if save_last not in (None, True, False, "link"):
         raise MisconfigurationError(f"ModelCheckpoint(save_last={save_last!r}): choose None, True, False or 'link'.")
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
@@ -452,7 +479,8 @@ def _check_arguments(mode: str, save_top_k: int, save_last: Any, every_n_train_s
     if every_n_train_steps and every_n_epochs:
         raise MisconfigurationError(
             f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs={every_n_epochs}): set only "
-            "one of them. Hint: use two ModelCheckpoint callbacks to save on both schedules.")
+            "one of them. Hint: use two ModelCheckpoint callbacks to save on both schedules."
+        )
 
 
 def _normalise_dir(path: str | os.PathLike[str]) -> str:
@@ -460,7 +488,7 @@ def _normalise_dir(path: str | os.PathLike[str]) -> str:
     text = os.fspath(path)
     if "://" in text:
         if text.startswith("file://"):
-            return "file://" + os.path.realpath(os.path.expanduser(text[len("file://"):]))
+            return "file://" + os.path.realpath(os.path.expanduser(text[len("file://") :]))
         return text.rstrip("/")
     return os.path.realpath(os.path.expanduser(text))
 

@@ -76,8 +76,9 @@ class ProgressBar(Callback):
         eval_bar: The tqdm bar of validation, the sanity check, test or predict, while one is shown.
     """
 
-    def __init__(self, refresh_rate: int = 1, leave: bool = False, force: bool | None = None,
-                 stream: TextIO | None = None) -> None:
+    def __init__(
+        self, refresh_rate: int = 1, leave: bool = False, force: bool | None = None, stream: TextIO | None = None
+    ) -> None:
         if isinstance(refresh_rate, bool) or not isinstance(refresh_rate, int) or refresh_rate < 0:
             raise ValueError(f"ProgressBar(refresh_rate={refresh_rate!r}): give an int >= 1, or 0 to hide the bars.")
         self.refresh_rate = refresh_rate
@@ -134,11 +135,26 @@ class ProgressBar(Callback):
                 bar.close()
         self.train_bar = self.eval_bar = None
 
-    def _new_bar(self, desc: str, total: float | None, leave: bool, position: int,
-                 postfix: Callable[[], dict[str, Any]] | None = None) -> Any:
-        return _bar_class()(postfix_fn=postfix, desc=desc, total=_finite(total), leave=leave, position=position,
-                         file=self.stream, dynamic_ncols=True, smoothing=0, mininterval=0.1,
-                         miniters=self.refresh_rate if self.refresh_rate > 1 else None)
+    def _new_bar(
+        self,
+        desc: str,
+        total: float | None,
+        leave: bool,
+        position: int,
+        postfix: Callable[[], dict[str, Any]] | None = None,
+    ) -> Any:
+        return _bar_class()(
+            postfix_fn=postfix,
+            desc=desc,
+            total=_finite(total),
+            leave=leave,
+            position=position,
+            file=self.stream,
+            dynamic_ncols=True,
+            smoothing=0,
+            mininterval=0.1,
+            miniters=self.refresh_rate if self.refresh_rate > 1 else None,
+        )
 
     # -- training -------------------------------------------------------------------------------
 
@@ -151,8 +167,9 @@ class ProgressBar(Callback):
         if self.train_bar is None or self.leave:
             if self.train_bar is not None:
                 self.train_bar.close()
-            self.train_bar = self._new_bar(desc, total, leave=True, position=0,
-                                           postfix=lambda: self._train_postfix(trainer))
+            self.train_bar = self._new_bar(
+                desc, total, leave=True, position=0, postfix=lambda: self._train_postfix(trainer)
+            )
         else:
             self.train_bar.set_description(desc, refresh=False)
             self.train_bar.reset(total=_finite(total))
@@ -197,8 +214,9 @@ class ProgressBar(Callback):
             desc = "Sanity Checking" if trainer.sanity_checking else "Validation"
             self._open_eval_bar(desc, _validation_total(trainer))
 
-    def on_validation_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int,
-                                dataloader_idx: int = 0) -> None:
+    def on_validation_batch_end(
+        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Advance the validation bar."""
         bar = self.eval_bar
         if bar is not None:
@@ -215,8 +233,9 @@ class ProgressBar(Callback):
         if self._enabled:
             self._open_eval_bar("Testing", _total(getattr(trainer, "num_test_batches", None)))
 
-    def on_test_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int,
-                          dataloader_idx: int = 0) -> None:
+    def on_test_batch_end(
+        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Advance the test bar."""
         bar = self.eval_bar
         if bar is not None:
@@ -231,8 +250,9 @@ class ProgressBar(Callback):
         if self._enabled:
             self._open_eval_bar("Predicting", _total(getattr(trainer, "num_predict_batches", None)))
 
-    def on_predict_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int,
-                             dataloader_idx: int = 0) -> None:
+    def on_predict_batch_end(
+        self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0
+    ) -> None:
         """Advance the predict bar."""
         bar = self.eval_bar
         if bar is not None:

@@ -44,11 +44,13 @@ def add_parser(commands: Any) -> None:
     from torchplug.cli._main import EXIT_CODES
 
     parser = commands.add_parser(
-        "env", help="a report for bug reports: versions, plugins, devices, cluster environment",
+        "env",
+        help="a report for bug reports: versions, plugins, devices, cluster environment",
         description="Report the versions of Python, torch, core and every plugin distribution, the plugins and "
-                    "their states, the usable devices, the detected cluster environment and each plugin's own "
-                    "section. Imports torch and every registered class.",
-        epilog=f"{JSON_HELP}\n\n{EXIT_CODES}", formatter_class=argparse.RawDescriptionHelpFormatter,
+        "their states, the usable devices, the detected cluster environment and each plugin's own "
+        "section. Imports torch and every registered class.",
+        epilog=f"{JSON_HELP}\n\n{EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--json", action="store_true", help="print a JSON document instead of text")
     parser.set_defaults(handler=_run)
@@ -132,22 +134,29 @@ def _devices(listing: Listing) -> list[dict[str, Any]]:
         if report.entry.kind != "accelerator":
             continue
         check = report.check or {}
-        devices.append({
-            "accelerator": report.entry.name,
-            "provider": report.entry.provider.label,
-            "status": report.status,
-            "available": check.get("available"),
-            "device_count": check.get("device_count"),
-            "reason": report.reason,
-        })
+        devices.append(
+            {
+                "accelerator": report.entry.name,
+                "provider": report.entry.provider.label,
+                "status": report.status,
+                "available": check.get("available"),
+                "device_count": check.get("device_count"),
+                "reason": report.reason,
+            }
+        )
     return devices
 
 
 def _entry(data: dict[str, Any]) -> dict[str, Any]:
     provider = data["provider"]
     label = f"{provider['distribution']}=={provider['version']}" if provider["distribution"] else provider["plugin"]
-    return {"kind": data["kind"], "name": data["name"], "provider": label, "status": data["status"],
-            "reason": data["reason"]}
+    return {
+        "kind": data["kind"],
+        "name": data["name"],
+        "provider": label,
+        "status": data["status"],
+        "reason": data["reason"],
+    }
 
 
 def _cluster(host: PluginHost) -> dict[str, Any]:
@@ -185,15 +194,18 @@ def _reports(host: PluginHost) -> dict[str, Any]:
 def format_report(report: dict[str, Any]) -> str:
     """The report as text: one titled section each, aligned, ready to paste into an issue."""
     parts = ["torchplug environment (core env)\n"]
-    parts += [_section(title, lines) for title, lines in (
-        ("Versions", _version_lines(report["versions"], report["plugins"])),
-        ("Plugins", _plugin_lines(report["plugins"])),
-        ("Devices", _device_lines(report["devices"])),
-        ("Registered names", _entry_lines(report["entries"])),
-        ("Cluster environment", _cluster_lines(report["cluster_environment"])),
-        ("Settings", [f"{k}={v}" for k, v in report["settings"].items() if v is not None] or ["(none set)"]),
-        ("Plugin reports", _report_lines(report["reports"])),
-    )]
+    parts += [
+        _section(title, lines)
+        for title, lines in (
+            ("Versions", _version_lines(report["versions"], report["plugins"])),
+            ("Plugins", _plugin_lines(report["plugins"])),
+            ("Devices", _device_lines(report["devices"])),
+            ("Registered names", _entry_lines(report["entries"])),
+            ("Cluster environment", _cluster_lines(report["cluster_environment"])),
+            ("Settings", [f"{k}={v}" for k, v in report["settings"].items() if v is not None] or ["(none set)"]),
+            ("Plugin reports", _report_lines(report["reports"])),
+        )
+    ]
     return "\n".join(parts)
 
 
@@ -211,11 +223,16 @@ def _version_lines(versions: dict[str, Any], plugins: list[dict[str, Any]]) -> l
     if "error" in torch:
         torch_text = f"not importable: {torch['error']}"
     else:
-        torch_text = (f"{torch['version']} (CUDA build: {torch['cuda'] or 'none'}, threads: {torch['threads']}, "
-                      f"distributed backends: {', '.join(torch['backends']) or 'none'})")
-    rows = [["python", f"{versions['python']} {versions['implementation']} ({versions['executable']})"],
-            ["platform", f"{versions['platform']} ({versions['machine']}, {versions['cpus']} CPUs usable)"],
-            ["torch", torch_text], ["core", versions["core"]]]
+        torch_text = (
+            f"{torch['version']} (CUDA build: {torch['cuda'] or 'none'}, threads: {torch['threads']}, "
+            f"distributed backends: {', '.join(torch['backends']) or 'none'})"
+        )
+    rows = [
+        ["python", f"{versions['python']} {versions['implementation']} ({versions['executable']})"],
+        ["platform", f"{versions['platform']} ({versions['machine']}, {versions['cpus']} CPUs usable)"],
+        ["torch", torch_text],
+        ["core", versions["core"]],
+    ]
     seen = {"core"}
     for plugin in plugins:
         dist = plugin["distribution"]
@@ -228,8 +245,15 @@ def _version_lines(versions: dict[str, Any], plugins: list[dict[str, Any]]) -> l
 
 def _plugin_lines(plugins: list[dict[str, Any]]) -> list[str]:
     rows = [["NAME", "DISTRIBUTION", "STATE", "REASON"]]
-    rows += [[p["name"], f"{p['distribution']}=={p['version']}" if p["distribution"] else "TORCHPLUG_PLUGINS",
-              p["state"], p["reason"] or ""] for p in plugins]
+    rows += [
+        [
+            p["name"],
+            f"{p['distribution']}=={p['version']}" if p["distribution"] else "TORCHPLUG_PLUGINS",
+            p["state"],
+            p["reason"] or "",
+        ]
+        for p in plugins
+    ]
     return _columns(rows)
 
 
@@ -248,8 +272,11 @@ def _entry_lines(entries: list[dict[str, Any]]) -> list[str]:
     for kind in dict.fromkeys(e["kind"] for e in entries if e["kind"] != "accelerator"):  # those: under Devices
         ok = [e["name"] for e in entries if e["kind"] == kind and e["status"] == "ok"]
         lines.append(f"{kind}: {', '.join(ok) or '(none usable)'}")
-        lines += [f"  {e['name']} ({e['provider']}): {e['status']}: {e['reason']}" for e in entries
-                  if e["kind"] == kind and e["status"] != "ok"]
+        lines += [
+            f"  {e['name']} ({e['provider']}): {e['status']}: {e['reason']}"
+            for e in entries
+            if e["kind"] == kind and e["status"] != "ok"
+        ]
     return lines
 
 
@@ -267,7 +294,8 @@ def _report_lines(reports: dict[str, Any]) -> list[str]:
     lines = []
     for name, section in reports.items():
         lines.append(f"{name}:")
-        text = yaml.safe_dump(json.loads(json.dumps(section, default=str)), default_flow_style=False, sort_keys=False,
-                              width=1000)
+        text = yaml.safe_dump(
+            json.loads(json.dumps(section, default=str)), default_flow_style=False, sort_keys=False, width=1000
+        )
         lines += [f"  {line}" for line in text.rstrip().splitlines()]
     return lines

@@ -86,13 +86,15 @@ def _parser_key(match: re.Match[str], message: str, args: Sequence[str], parser:
     problem = _CLASS_PATH_PROBLEM.search(message)
     wrong_base = _WRONG_BASE.search(message)
     base = "torchplug.DataModule" if option.endswith("data") else "torchplug.Module"
-    hint = (f"Give the dotted path of a {base} subclass (package.module.Class), importable from here: run from "
-            "the folder that holds its package, or pip install it.")
+    hint = (
+        f"Give the dotted path of a {base} subclass (package.module.Class), importable from here: run from "
+        "the folder that holds its package, or pip install it."
+    )
     if problem:
         return f"{option}={problem.group(1)}: cannot import it: {problem.group(2).strip().splitlines()[0]}. {hint}"
     if wrong_base and given:
         return f"{option}={given.group(1)}: not a subclass of {wrong_base.group(1)}. {hint}"
-    return f"{option}: {message[match.end():].strip()}"
+    return f"{option}: {message[match.end() :].strip()}"
 
 
 def _unknown_init_arg(match: re.Match[str], message: str, args: Sequence[str], parser: Any) -> str:
@@ -105,10 +107,13 @@ def _unknown_init_arg(match: re.Match[str], message: str, args: Sequence[str], p
     cls = _load(_class_paths(args).get(section))
     if cls is None:
         return f"{label}: no such init argument."
-    valid = [p.name for p in inspect.signature(cls).parameters.values()
-             if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-    return f"{label}: {cls.__name__} takes no argument {name!r}.{_did_you_mean(name, valid)} " \
-           f"Its arguments: {', '.join(valid) or '(none)'}."
+    valid = [
+        p.name for p in inspect.signature(cls).parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
+    ]
+    return (
+        f"{label}: {cls.__name__} takes no argument {name!r}.{_did_you_mean(name, valid)} "
+        f"Its arguments: {', '.join(valid) or '(none)'}."
+    )
 
 
 def _no_such_option(match: re.Match[str], message: str, args: Sequence[str], parser: Any) -> str:
@@ -184,8 +189,10 @@ def check_config_files(args: Sequence[str]) -> str | None:
             detail = " ".join(str(exc).split())
             return f"--config {path}: cannot read this file as YAML: {detail}"
         if data is not None and not isinstance(data, dict):
-            return (f"--config {path}: expected a mapping of options (trainer:, model:, data:, ...), "
-                    f"got a {type(data).__name__}. Hint: core fit --print_config shows the expected shape.")
+            return (
+                f"--config {path}: expected a mapping of options (trainer:, model:, data:, ...), "
+                f"got a {type(data).__name__}. Hint: core fit --print_config shows the expected shape."
+            )
     return None
 
 

@@ -20,8 +20,11 @@ __all__ = ["add_parser"]
 _KIND_ALIASES: Final = {
     **{kind: kind for kind in KINDS},
     **{f"{kind}s": kind for kind in KINDS},
-    "io": "checkpoint_io", "checkpoint-io": "checkpoint_io", "env": "cluster_environment",
-    "environment": "cluster_environment", "cluster-environment": "cluster_environment",
+    "io": "checkpoint_io",
+    "checkpoint-io": "checkpoint_io",
+    "env": "cluster_environment",
+    "environment": "cluster_environment",
+    "cluster-environment": "cluster_environment",
 }
 
 JSON_SCHEMA_HELP: Final = f"""--json prints one object (schema_version {SCHEMA_VERSION}):
@@ -44,24 +47,29 @@ def add_parser(commands: Any) -> None:
     sub = plugins.add_subparsers(dest="plugins_command", metavar="SUBCOMMAND", required=True)
 
     listing = sub.add_parser(
-        "list", help="list every plugin and registered name with its state",
+        "list",
+        help="list every plugin and registered name with its state",
         description="List every discovered plugin and every registered name, with provider and state. "
-                    "Imports no torch unless --check is given.",
+        "Imports no torch unless --check is given.",
         epilog=f"{JSON_SCHEMA_HELP}\n\n{env_help}\n\n{EXIT_CODES}",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     listing.add_argument("--kind", type=_kind, help=f"only this kind ({', '.join(KINDS)})")
     listing.add_argument("--json", action="store_true", help="print a JSON document instead of a table")
-    listing.add_argument("--check", action="store_true",
-                         help="import each class, ask if it can run here and count devices (imports torch)")
-    listing.add_argument("-v", "--verbose", action="store_true",
-                         help="show module paths, load times and tracebacks")
+    listing.add_argument(
+        "--check",
+        action="store_true",
+        help="import each class, ask if it can run here and count devices (imports torch)",
+    )
+    listing.add_argument("-v", "--verbose", action="store_true", help="show module paths, load times and tracebacks")
     listing.set_defaults(handler=_list)
 
     show = sub.add_parser(
-        "show", help="everything about one name or plugin",
+        "show",
+        help="everything about one name or plugin",
         description="Show one registered name (or plugin) in full, importing its class to check it.",
-        epilog=EXIT_CODES, formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     show.add_argument("name", help="a registered name or alias, NAME@PROVIDER, or a plugin/distribution name")
     show.add_argument("--kind", type=_kind, help="only look among this kind")
@@ -118,8 +126,14 @@ def _print_table(listing: Listing, verbose: bool, check: bool) -> None:
 
 def _row(report: EntryReport, verbose: bool, check: bool) -> list[str]:
     entry = report.entry
-    row = [entry.name, entry.kind, ",".join(entry.aliases) or "-", entry.provider.label, report.status,
-           entry.description]
+    row = [
+        entry.name,
+        entry.kind,
+        ",".join(entry.aliases) or "-",
+        entry.provider.label,
+        report.status,
+        entry.description,
+    ]
     if verbose:
         row.insert(5, entry.target_path)
     if check:
@@ -156,15 +170,22 @@ def _show(args: argparse.Namespace) -> int:
     host = _host()
     listing = collect(host, kinds)
     key, _, provider = args.name.lower().partition("@")
-    matches = [r for r in listing.entries if key in (r.entry.name, *r.entry.aliases)
-               and (not provider or r.entry.provider.matches(provider))]
+    matches = [
+        r
+        for r in listing.entries
+        if key in (r.entry.name, *r.entry.aliases) and (not provider or r.entry.provider.matches(provider))
+    ]
     wanted = canonicalize_name(args.name)
-    records = [r for r in host.records
-               if wanted in (canonicalize_name(r.name), canonicalize_name(r.distribution or ""))]
+    records = [
+        r for r in host.records if wanted in (canonicalize_name(r.name), canonicalize_name(r.distribution or ""))
+    ]
     if not matches and not records:
         known = sorted({r.entry.name for r in listing.entries})
-        print(f"core: error: no plugin or registered name {args.name!r}. Installed names: {', '.join(known)}. "
-              "Hint: core plugins list", file=sys.stderr)
+        print(
+            f"core: error: no plugin or registered name {args.name!r}. Installed names: {', '.join(known)}. "
+            "Hint: core plugins list",
+            file=sys.stderr,
+        )
         return 2
     from torchplug._listing import _check
 
@@ -196,8 +217,12 @@ def _print_detail(data: dict[str, Any]) -> None:
         out.write(f"{entry['kind']} {entry['name']!r}\n")
         rows = [
             ("status", entry["status"] + (f" ({entry['reason']})" if entry["reason"] else "")),
-            ("provider", f"{provider['distribution']} {provider['version']} (plugin {provider['plugin']!r})"
-             if provider["distribution"] else f"module {provider['plugin']}"),
+            (
+                "provider",
+                f"{provider['distribution']} {provider['version']} (plugin {provider['plugin']!r})"
+                if provider["distribution"]
+                else f"module {provider['plugin']}",
+            ),
             ("aliases", ", ".join(entry["aliases"]) or "-"),
             ("class", entry["target"]),
             ("init params", json.dumps(entry["init_params"]) if entry["init_params"] else "-"),

@@ -65,8 +65,12 @@ _NAMED: Final[dict[str, tuple[str, ...]]] = {
 
 #: Classes imported up front so that their short names work: ``--trainer.callbacks+=EarlyStopping``.
 _SHORT_NAMES: Final = (
-    "torchplug.callbacks.model_checkpoint", "torchplug.callbacks.early_stopping", "torchplug.callbacks.lr_monitor",
-    "torchplug.callbacks.progress", "torchplug.loggers.csv_logs", "torchplug.loggers.tensorboard",
+    "torchplug.callbacks.model_checkpoint",
+    "torchplug.callbacks.early_stopping",
+    "torchplug.callbacks.lr_monitor",
+    "torchplug.callbacks.progress",
+    "torchplug.loggers.csv_logs",
+    "torchplug.loggers.tensorboard",
 )
 
 #: ``name=`` in a Trainer error message: the argument it is about.
@@ -190,8 +194,12 @@ class TrainerCLI:
         _import_short_names()
         if not run:
             return self._subcommand_parser(None)
-        parser = Parser(prog=self.prog, description="Train, validate, test or predict with torchplug.",
-                        epilog=EXIT_CODES, formatter_class=HelpFormatter)
+        parser = Parser(
+            prog=self.prog,
+            description="Train, validate, test or predict with torchplug.",
+            epilog=EXIT_CODES,
+            formatter_class=HelpFormatter,
+        )
         commands = parser.add_subcommands(required=True, dest="subcommand")
         for name, help_text in SUBCOMMANDS.items():
             commands.add_subcommand(name, self._subcommand_parser(name), help=help_text)
@@ -202,28 +210,52 @@ class TrainerCLI:
         kwargs.update(self.parser_kwargs.get(name or "", {}))
         description = f"{SUBCOMMANDS[name].capitalize()} (Trainer.{name})." if name else None
         prog = f"{self.prog} {name}" if name else self.prog
-        parser = Parser(prog=prog, display_prog=prog, description=description, epilog=EXIT_CODES,
-                        formatter_class=HelpFormatter, **kwargs)
-        parser.add_argument("-c", "--config", action="config",
-                            help="a YAML config file (repeat it: later files and options override earlier ones)")
-        parser.add_argument("--seed_everything", type=bool | int, default=self.seed_everything_default,
-                            help="seed every random generator: an int, true for a random seed, or false")
+        parser = Parser(
+            prog=prog,
+            display_prog=prog,
+            description=description,
+            epilog=EXIT_CODES,
+            formatter_class=HelpFormatter,
+            **kwargs,
+        )
+        parser.add_argument(
+            "-c",
+            "--config",
+            action="config",
+            help="a YAML config file (repeat it: later files and options override earlier ones)",
+        )
+        parser.add_argument(
+            "--seed_everything",
+            type=bool | int,
+            default=self.seed_everything_default,
+            help="seed every random generator: an int, true for a random seed, or false",
+        )
         self._add_trainer(parser)
-        self._add_component(parser, "model", self.model_class or Module, self.subclass_mode_model,
-                            required=self.model_class is not None)
-        self._add_component(parser, "data", self.datamodule_class or DataModule, self.subclass_mode_data,
-                            required=False)
+        self._add_component(
+            parser, "model", self.model_class or Module, self.subclass_mode_model, required=self.model_class is not None
+        )
+        self._add_component(
+            parser, "data", self.datamodule_class or DataModule, self.subclass_mode_data, required=False
+        )
         if name is not None:
-            parser.add_argument("--ckpt_path", type=str | None, default=None,
-                                help="start from this checkpoint: a path or URL, 'last' or 'best'")
-            parser.add_argument("--resolve", action="store_true",
-                                help="print how the hardware arguments resolve (trainer.describe()) and exit")
+            parser.add_argument(
+                "--ckpt_path",
+                type=str | None,
+                default=None,
+                help="start from this checkpoint: a path or URL, 'last' or 'best'",
+            )
+            parser.add_argument(
+                "--resolve",
+                action="store_true",
+                help="print how the hardware arguments resolve (trainer.describe()) and exit",
+            )
         self.add_arguments_to_parser(parser)
         return parser
 
     def _add_trainer(self, parser: ArgumentParser) -> None:
-        parser.add_class_arguments(self.trainer_class, "trainer", instantiate=False, skip={"plugin_host"},
-                                   fail_untyped=False)
+        parser.add_class_arguments(
+            self.trainer_class, "trainer", instantiate=False, skip={"plugin_host"}, fail_untyped=False
+        )
         if self.trainer_defaults:
             parser.set_defaults({f"trainer.{key}": value for key, value in self.trainer_defaults.items()})
         host = plugin_host()
@@ -239,9 +271,12 @@ class TrainerCLI:
     @staticmethod
     def _add_component(parser: ArgumentParser, key: str, cls: type, subclass_mode: bool, required: bool) -> None:
         if subclass_mode:
-            parser.add_subclass_arguments(cls, key, required=required,
-                                          help=f"a {cls.__name__} class path and its init args: --{key}=pkg.Class "
-                                               f"--{key}.arg=value")
+            parser.add_subclass_arguments(
+                cls,
+                key,
+                required=required,
+                help=f"a {cls.__name__} class path and its init args: --{key}=pkg.Class --{key}.arg=value",
+            )
         else:
             parser.add_class_arguments(cls, key)
 
@@ -275,8 +310,10 @@ class TrainerCLI:
         config = self._section(self.config)
         resolving = bool(config.get("resolve"))
         if self.subcommand is not None and config.get("model") is None and not resolving:
-            self._error("--model is required: give a torchplug.Module class path, for example "
-                        "--model=examples.digits.DigitsClassifier (or a config file with a 'model:' section).")
+            self._error(
+                "--model is required: give a torchplug.Module class path, for example "
+                "--model=examples.digits.DigitsClassifier (or a config file with a 'model:' section)."
+            )
         if resolving:  # the decision trace needs only the Trainer: leave out the model and data chosen by path
             if self.subclass_mode_model:
                 config.model = None
@@ -304,8 +341,10 @@ class TrainerCLI:
         names = sorted({n for kind in kinds for n in host.registry(kind).names()})
         close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.6)
         maybe = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
-        self._error(f"{option}: {name!r} is not a registered precision, checkpoint IO or cluster environment.{maybe} "
-                    f"Installed: {', '.join(names)}. Hint: core plugins list")
+        self._error(
+            f"{option}: {name!r} is not a registered precision, checkpoint IO or cluster environment.{maybe} "
+            f"Installed: {', '.join(names)}. Hint: core plugins list"
+        )
 
     def _seed(self) -> None:
         config = self._section(self.config)

@@ -24,8 +24,9 @@ class AttributeDict(dict[str, Any]):
         self[key] = value
 
 
-def collect_init_args(frame: types.FrameType, obj: object, names: tuple[Any, ...],
-                      ignore: Iterable[str]) -> dict[str, Any]:
+def collect_init_args(
+    frame: types.FrameType, obj: object, names: tuple[Any, ...], ignore: Iterable[str]
+) -> dict[str, Any]:
     """The arguments of the ``__init__`` running in ``frame`` (selected by ``names``), minus ``ignore``.
 
     ``names`` may be empty (every argument), strings (those arguments), or one mapping or
@@ -43,8 +44,10 @@ def collect_init_args(frame: types.FrameType, obj: object, names: tuple[Any, ...
     if names:
         missing = [n for n in names if n not in values]
         if missing:
-            raise ValueError(f"save_hyperparameters({', '.join(map(repr, names))}): {missing} are not arguments of "
-                             f"{type(obj).__name__}.__init__; its arguments are {', '.join(values) or '(none)'}.")
+            raise ValueError(
+                f"save_hyperparameters({', '.join(map(repr, names))}): {missing} are not arguments of "
+                f"{type(obj).__name__}.__init__; its arguments are {', '.join(values) or '(none)'}."
+            )
         values = {n: values[n] for n in names}
     ignored = set(ignore)
     return {k: v for k, v in values.items() if k not in ignored and not k.startswith("__")}

@@ -155,8 +155,10 @@ class Module(torch.nn.Module):
         if trainer is None or trainer._results is None:
             if not self._log_warned:
                 self._log_warned = True
-                warnings.warn(f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; "
-                              "the value is ignored.", stacklevel=2)
+                warnings.warn(
+                    f"{type(self).__name__}.log({name!r}) was called outside a Trainer run; the value is ignored.",
+                    stacklevel=2,
+                )
             return
         trainer._results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
 
@@ -213,8 +215,9 @@ class Module(torch.nn.Module):
         """
         from torchplug.io.torch_io import TorchCheckpointIO
 
-        checkpoint = TorchCheckpointIO().load_checkpoint(checkpoint_path, map_location=map_location or "cpu",
-                                                         weights_only=weights_only)
+        checkpoint = TorchCheckpointIO().load_checkpoint(
+            checkpoint_path, map_location=map_location or "cpu", weights_only=weights_only
+        )
         module = cls(**{**checkpoint.get("hyper_parameters", {}), **kwargs})
         module.load_state_dict(checkpoint["state_dict"], strict=strict)
         module.on_load_checkpoint(checkpoint)

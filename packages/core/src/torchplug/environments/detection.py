@@ -149,8 +149,10 @@ def _candidates(registry: Registry, skip: set[str], trace: list[str]) -> list[_C
         known.update(key for c in resolution.candidates for key in (c.name, *c.aliases))
         if entry is None:
             providers = ", ".join(str(c.provider) for c in resolution.candidates)
-            trace.append(f"{name}: not asked (provided by several distributions: {providers}; "
-                         f"pick one with TORCHPLUG_PREFER={name}=<distribution>)")
+            trace.append(
+                f"{name}: not asked (provided by several distributions: {providers}; "
+                f"pick one with TORCHPLUG_PREFER={name}=<distribution>)"
+            )
         elif skip & {name, *entry.aliases}:
             trace.append(f"{name}: skipped ({SKIP_CLUSTER_ENVIRONMENTS_VAR})")
         else:

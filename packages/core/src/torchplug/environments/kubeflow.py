@@ -19,7 +19,7 @@ _REQUIRED = ("KUBERNETES_SERVICE_HOST", "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZ
 
 _HINT = (
     "Hint: the Kubeflow training operator sets MASTER_ADDR, MASTER_PORT, WORLD_SIZE and RANK in each "
-    "pod of a PyTorchJob; outside one, choose another environment (plugins=[\"local\"])."
+    'pod of a PyTorchJob; outside one, choose another environment (plugins=["local"]).'
 )
 
 

@@ -38,10 +38,20 @@ class _Launcher:
 #: ``OMPI_COMM_WORLD_NODE_RANK``, which is *not* a node index (it is the process's rank on its
 #: node across all jobs).
 _LAUNCHERS = (
-    _Launcher("Open MPI", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_LOCAL_RANK",
-              "OMPI_COMM_WORLD_LOCAL_SIZE"),
-    _Launcher("MVAPICH2", "MV2_COMM_WORLD_SIZE", "MV2_COMM_WORLD_RANK", "MV2_COMM_WORLD_LOCAL_RANK",
-              "MV2_COMM_WORLD_LOCAL_SIZE"),
+    _Launcher(
+        "Open MPI",
+        "OMPI_COMM_WORLD_SIZE",
+        "OMPI_COMM_WORLD_RANK",
+        "OMPI_COMM_WORLD_LOCAL_RANK",
+        "OMPI_COMM_WORLD_LOCAL_SIZE",
+    ),
+    _Launcher(
+        "MVAPICH2",
+        "MV2_COMM_WORLD_SIZE",
+        "MV2_COMM_WORLD_RANK",
+        "MV2_COMM_WORLD_LOCAL_RANK",
+        "MV2_COMM_WORLD_LOCAL_SIZE",
+    ),
     _Launcher("Cray MPICH (PALS)", "PMI_SIZE", "PMI_RANK", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", "PALS_NODEID"),
     _Launcher("MPICH or Intel MPI (Hydra)", "PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
 )
@@ -205,7 +215,7 @@ class MPIEnvironment(ClusterEnvironment):
         if per_node is not None and per_node != num_devices:
             raise MisconfigurationError(
                 f"You set `devices={num_devices}`, but {launcher.name} started {per_node} processes on this "
-                f"node ({launcher.local_size}={per_node}). Hint: set `devices={per_node}` (or `devices=\"auto\"`), "
+                f'node ({launcher.local_size}={per_node}). Hint: set `devices={per_node}` (or `devices="auto"`), '
                 f"or start {num_devices} per node with {_PER_NODE_FLAGS}."
             )
         if num_devices * num_nodes != world_size:

@@ -67,8 +67,12 @@ class TorchElasticEnvironment(ClusterEnvironment):
         Raises:
             RuntimeError: ``MASTER_ADDR`` is not set (the process was not started by torchrun).
         """
-        return read_text("torchelastic", "MASTER_ADDR", f"{_RUN_ID} is set, and torchrun exports MASTER_ADDR to "
-                         f"every worker. {_HINT} Or export MASTER_ADDR and MASTER_PORT yourself.")
+        return read_text(
+            "torchelastic",
+            "MASTER_ADDR",
+            f"{_RUN_ID} is set, and torchrun exports MASTER_ADDR to "
+            f"every worker. {_HINT} Or export MASTER_ADDR and MASTER_PORT yourself.",
+        )
 
     @property
     def main_port(self) -> int:
@@ -122,7 +126,7 @@ class TorchElasticEnvironment(ClusterEnvironment):
             raise MisconfigurationError(
                 f"You set `devices={num_devices}`, but torchrun started {per_node} processes per node "
                 f"(`--nproc_per_node={per_node}`, LOCAL_WORLD_SIZE={per_node}). "
-                f"Hint: set `devices={per_node}` (or `devices=\"auto\"`), or change `--nproc_per_node`."
+                f'Hint: set `devices={per_node}` (or `devices="auto"`), or change `--nproc_per_node`.'
             )
         if num_devices * num_nodes != world_size:
             nodes = f"`num_nodes={world_size // per_node}`" if per_node else "`num_nodes=` to match `--nnodes`"

@@ -15,7 +15,7 @@ def next_version(fs: Any, root: str) -> int:
         names = [os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
     except FileNotFoundError:
         return 0
-    numbers = [name[len(_PREFIX):] for name in names if name.startswith(_PREFIX)]
+    numbers = [name[len(_PREFIX) :] for name in names if name.startswith(_PREFIX)]
     versions = [int(n) for n in numbers if n.isdigit()]
     return max(versions) + 1 if versions else 0
 
@@ -30,7 +30,8 @@ def write_hparams(fs: Any, directory: str, params: Mapping[str, Any]) -> None:
     import yaml  # only a run that logs hyperparameters pays for it
 
     fs.makedirs(directory, exist_ok=True)
-    plain = {k: v if isinstance(v, (bool, int, float, str, list, dict, type(None))) else repr(v)
-             for k, v in params.items()}
+    plain = {
+        k: v if isinstance(v, (bool, int, float, str, list, dict, type(None))) else repr(v) for k, v in params.items()
+    }
     with fs.open(f"{directory}/hparams.yaml", "w") as stream:
         yaml.safe_dump(plain, stream, sort_keys=False)

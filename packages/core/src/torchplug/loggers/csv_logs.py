@@ -23,8 +23,13 @@ class CSVLogger(Logger):
         flush_logs_every_n_steps: Write buffered rows to disk every this many logged steps.
     """
 
-    def __init__(self, save_dir: str = ".", name: str = "torchplug_logs", version: int | str | None = None,
-                 flush_logs_every_n_steps: int = 100) -> None:
+    def __init__(
+        self,
+        save_dir: str = ".",
+        name: str = "torchplug_logs",
+        version: int | str | None = None,
+        flush_logs_every_n_steps: int = 100,
+    ) -> None:
         self._save_dir = os.fspath(save_dir)
         self._name = name
         self._version = version

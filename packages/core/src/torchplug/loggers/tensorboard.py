@@ -56,9 +56,16 @@ class TensorBoardLogger(Logger):
         ImportError: tensorboard is not installed (the message says how to install it).
     """
 
-    def __init__(self, save_dir: str | os.PathLike[str], name: str = "torchplug_logs",
-                 version: int | str | None = None, default_hp_metric: bool = True, prefix: str = "",
-                 sub_dir: str | None = None, **writer_kwargs: Any) -> None:
+    def __init__(
+        self,
+        save_dir: str | os.PathLike[str],
+        name: str = "torchplug_logs",
+        version: int | str | None = None,
+        default_hp_metric: bool = True,
+        prefix: str = "",
+        sub_dir: str | None = None,
+        **writer_kwargs: Any,
+    ) -> None:
         _require_tensorboard()
         self._save_dir = os.fspath(save_dir)
         self._name = name or ""

@@ -52,8 +52,9 @@ class MixedPrecision(Precision):
 
     name: ClassVar[str] = "16-mixed"
 
-    def __init__(self, precision: str = "16-mixed", device_type: str | None = None,
-                 scaler: GradScaler | None = None) -> None:
+    def __init__(
+        self, precision: str = "16-mixed", device_type: str | None = None, scaler: GradScaler | None = None
+    ) -> None:
         dtype = _DTYPES.get(precision)
         if dtype is None:
             raise MisconfigurationError(
@@ -145,8 +146,9 @@ class MixedPrecision(Precision):
         """Multiply the loss by the scaler's scale (``16-mixed``); return it as it is otherwise."""
         return self._scaler.scale(tensor) if self._scaler is not None else tensor
 
-    def optimizer_step(self, optimizer: Optimizer, module: torch.nn.Module | None,
-                       closure: Callable[[], Any] | None = None) -> Any:
+    def optimizer_step(
+        self, optimizer: Optimizer, module: torch.nn.Module | None, closure: Callable[[], Any] | None = None
+    ) -> Any:
         """Step the optimizer; with a scaler, skip the step when a gradient is inf or NaN.
 
         Without a scaler (``bf16-mixed``) this is ``optimizer.step(closure)``. With one, the closure

@@ -77,8 +77,7 @@ class HalfPrecision(_WholeDtypePrecision):
         dtype = _DTYPES.get(precision)
         if dtype is None:
             raise MisconfigurationError(
-                f"precision={precision!r} is not supported by {type(self).__name__}; "
-                f"choose {_choices(_DTYPES)}."
+                f"precision={precision!r} is not supported by {type(self).__name__}; choose {_choices(_DTYPES)}."
             )
         self.precision: str = precision
         self.dtype: torch.dtype = dtype

@@ -73,16 +73,23 @@ class Precision:
         """Prepare the loss before backward (a scaler multiplies it here)."""
         return tensor
 
-    def backward(self, tensor: torch.Tensor, module: torch.nn.Module | None, optimizer: Optimizer | None,
-                 *args: Any, **kwargs: Any) -> None:
+    def backward(
+        self,
+        tensor: torch.Tensor,
+        module: torch.nn.Module | None,
+        optimizer: Optimizer | None,
+        *args: Any,
+        **kwargs: Any,
+    ) -> None:
         """Compute gradients of ``tensor``."""
         tensor.backward(*args, **kwargs)
 
     def post_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> None:
         """Called after backward, before the optimizer step."""
 
-    def optimizer_step(self, optimizer: Optimizer, module: torch.nn.Module | None,
-                       closure: Callable[[], Any] | None = None) -> Any:
+    def optimizer_step(
+        self, optimizer: Optimizer, module: torch.nn.Module | None, closure: Callable[[], Any] | None = None
+    ) -> Any:
         """Step the optimizer. ``closure`` computes the loss and its gradients (it may be None).
 
         The closure runs here, before ``optimizer.step()``, unless the optimizer needs to call it

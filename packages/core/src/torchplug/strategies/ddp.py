@@ -68,8 +68,9 @@ class DDPStrategy(ParallelStrategy):
     ) -> None:
         if start_method not in _START_METHODS:
             raise MisconfigurationError(f"start_method={start_method!r}: choose one of {', '.join(_START_METHODS)}.")
-        super().__init__(accelerator, precision, checkpoint_io, cluster_environment, parallel_devices,
-                         process_group_backend, timeout)
+        super().__init__(
+            accelerator, precision, checkpoint_io, cluster_environment, parallel_devices, process_group_backend, timeout
+        )
         self.start_method = start_method
         self.find_unused_parameters = find_unused_parameters
         self.ddp_kwargs = ddp_kwargs
@@ -90,8 +91,12 @@ class DDPStrategy(ParallelStrategy):
         """Wrap the module in DistributedDataParallel (through a :class:`StepDispatcher`)."""
         device = self.root_device
         device_ids = [device.index] if device.index is not None else None
-        return DistributedDataParallel(StepDispatcher(module), device_ids=device_ids,
-                                       find_unused_parameters=self.find_unused_parameters, **self.ddp_kwargs)
+        return DistributedDataParallel(
+            StepDispatcher(module),
+            device_ids=device_ids,
+            find_unused_parameters=self.find_unused_parameters,
+            **self.ddp_kwargs,
+        )
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run ``training_step`` through DDP's forward, so its gradients are synchronised."""

@@ -84,8 +84,17 @@ class FSDPStrategy(DDPStrategy):
         process_group_backend: str | None = None,
         timeout: timedelta = timedelta(minutes=30),
     ) -> None:
-        super().__init__(start_method, False, accelerator, precision, checkpoint_io, cluster_environment,
-                         parallel_devices, process_group_backend, timeout)
+        super().__init__(
+            start_method,
+            False,
+            accelerator,
+            precision,
+            checkpoint_io,
+            cluster_environment,
+            parallel_devices,
+            process_group_backend,
+            timeout,
+        )
         self.auto_wrap_policy = auto_wrap_policy
         self.cpu_offload = cpu_offload
         self.reshard_after_forward = reshard_after_forward
@@ -102,8 +111,11 @@ class FSDPStrategy(DDPStrategy):
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Shard the submodules the wrap policy selects, then the whole module."""
         mesh = init_device_mesh(self.root_device.type, (self.world_size,))
-        options: dict[str, Any] = {"mesh": mesh, "reshard_after_forward": self.reshard_after_forward,
-                                   "mp_policy": self.mp_policy}
+        options: dict[str, Any] = {
+            "mesh": mesh,
+            "reshard_after_forward": self.reshard_after_forward,
+            "mp_policy": self.mp_policy,
+        }
         if self.cpu_offload:
             options["offload_policy"] = CPUOffloadPolicy()
         for child in reversed(list(module.modules())):  # innermost first, as fully_shard requires
@@ -176,8 +188,9 @@ class FSDPStrategy(DDPStrategy):
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state_dict: Mapping[str, Any]) -> None:
         """Load a full optimizer state dict into the sharded optimizer."""
         assert self.model is not None
-        set_optimizer_state_dict(self.model, optimizer, dict(state_dict),
-                                 options=StateDictOptions(full_state_dict=True))
+        set_optimizer_state_dict(
+            self.model, optimizer, dict(state_dict), options=StateDictOptions(full_state_dict=True)
+        )
 
     def clip_gradients(self, optimizer: torch.optim.Optimizer, clip_val: float, algorithm: str = "norm") -> None:
         """Clip sharded gradients (the norm is computed over all shards)."""

@@ -89,8 +89,10 @@ def restore_training_state(trainer: Trainer, checkpoint: dict[str, Any]) -> None
     assert strategy.precision is not None and strategy.accelerator is not None
     saved = checkpoint["optimizer_states"]
     if len(saved) != len(trainer.optimizers):
-        raise MisconfigurationError(f"The checkpoint has {len(saved)} optimizer states, but configure_optimizers() "
-                                    f"returned {len(trainer.optimizers)} optimizers.")
+        raise MisconfigurationError(
+            f"The checkpoint has {len(saved)} optimizer states, but configure_optimizers() "
+            f"returned {len(trainer.optimizers)} optimizers."
+        )
     for optimizer, state in zip(trainer.optimizers, saved):
         strategy.load_optimizer_state_dict(optimizer, state)
     for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
@@ -118,15 +120,20 @@ def resolve_ckpt_path(trainer: Trainer, ckpt_path: str | None, fn: str) -> str |
     if ckpt_path in ("last", "best"):
         callback = trainer.checkpoint_callback
         if callback is None:
-            raise MisconfigurationError(f'{fn}(ckpt_path="{ckpt_path}") needs a ModelCheckpoint callback; '
-                                        "none is configured. Hint: pass the checkpoint's path instead.")
+            raise MisconfigurationError(
+                f'{fn}(ckpt_path="{ckpt_path}") needs a ModelCheckpoint callback; '
+                "none is configured. Hint: pass the checkpoint's path instead."
+            )
         path = callback.best_model_path if ckpt_path == "best" else callback.find_last_checkpoint(checkpoint_io)
         path = trainer.strategy.broadcast(path)  # rank 0 decides: node-local storage may differ between ranks
         if not path:
             raise MisconfigurationError(
                 f'{fn}(ckpt_path="{ckpt_path}"): no {ckpt_path} checkpoint was found'
-                + (" (no model was monitored and saved yet)." if ckpt_path == "best" else
-                   f" in {callback.dirpath}. Hint: train with ModelCheckpoint(save_last=True).")
+                + (
+                    " (no model was monitored and saved yet)."
+                    if ckpt_path == "best"
+                    else f" in {callback.dirpath}. Hint: train with ModelCheckpoint(save_last=True)."
+                )
             )
         return str(path)
     if not isinstance(ckpt_path, str):

@@ -110,8 +110,9 @@ class _Resolver:
             if len(kinds) == 1:
                 return kinds[0], item
             if len(kinds) > 1:
-                raise MisconfigurationError(f"plugins=[{item!r}] is a name of several kinds ({', '.join(kinds)}); "
-                                            f"pass an instance instead.")
+                raise MisconfigurationError(
+                    f"plugins=[{item!r}] is a name of several kinds ({', '.join(kinds)}); pass an instance instead."
+                )
             names = sorted({n for k in _PLUGIN_BASES for n in self.registry(k).names()})
             raise MisconfigurationError(
                 f"plugins=[{item!r}] is not a registered precision, checkpoint IO or cluster environment. "
@@ -157,7 +158,8 @@ class _Resolver:
             reason = unavailable_reason(type(accelerator))
             if reason is not None:
                 raise PluginUnavailableError(
-                    f"accelerator={_label(accelerator)}() cannot run on this machine: {reason}")
+                    f"accelerator={_label(accelerator)}() cannot run on this machine: {reason}"
+                )
             self.note("accelerator", _label(accelerator), "given as an instance")
         return accelerator  # type: ignore[no-any-return]
 
@@ -197,8 +199,7 @@ class _Resolver:
     def devices(self, accelerator: Accelerator, devices: Any, environment: ClusterEnvironment) -> list[Any]:
         if devices in (0, "0", [], None, ""):
             raise MisconfigurationError(
-                f"devices={devices!r} selects no device. Give a positive number (devices=1), a list of ids, "
-                "or 'auto'."
+                f"devices={devices!r} selects no device. Give a positive number (devices=1), a list of ids, or 'auto'."
             )
         if devices == "auto":
             scheduled = environment.processes_per_node() if environment.creates_processes_externally else None
@@ -234,8 +235,9 @@ class _Resolver:
             return own  # type: ignore[no-any-return]
         if plugin is not None:
             environment = self.create("cluster_environment", plugin)
-            self.note("cluster_environment", plugin if isinstance(plugin, str) else _label(environment),
-                      "given in plugins=")
+            self.note(
+                "cluster_environment", plugin if isinstance(plugin, str) else _label(environment), "given in plugins="
+            )
             return environment  # type: ignore[no-any-return]
         from torchplug.environments.detection import select_cluster_environment
 
@@ -252,8 +254,10 @@ class _Resolver:
         if value in ("auto", None):
             interactive = _interactive()
             name = accelerator.default_strategy(num_devices, num_nodes, interactive)
-            why = (f"strategy='auto': {_label(accelerator)}.default_strategy(devices={num_devices}, "
-                   f"num_nodes={num_nodes}{', interactive' if interactive else ''})")
+            why = (
+                f"strategy='auto': {_label(accelerator)}.default_strategy(devices={num_devices}, "
+                f"num_nodes={num_nodes}{', interactive' if interactive else ''})"
+            )
         elif isinstance(value, type):
             return self.create("strategy", value)  # type: ignore[no-any-return]
         else:
@@ -304,9 +308,12 @@ class _Resolver:
         default_name = accelerator.default_checkpoint_io or "torch"
         if default_name not in self.registry("checkpoint_io"):
             hint = INSTALL_HINTS["checkpoint_io"].get(default_name)
-            self.note("checkpoint_io (default)", "torch",
-                      f"{_label(accelerator)} prefers {default_name!r}, which is not installed"
-                      + (f"; Hint: pip install {hint}" if hint else ""))
+            self.note(
+                "checkpoint_io (default)",
+                "torch",
+                f"{_label(accelerator)} prefers {default_name!r}, which is not installed"
+                + (f"; Hint: pip install {hint}" if hint else ""),
+            )
             default_name = "torch"
         if strategy.has_checkpoint_io:
             io = strategy.checkpoint_io
@@ -375,4 +382,3 @@ def _check_strategy(strategy: Strategy, num_devices: int, num_nodes: int) -> Non
             f"strategy={_label(strategy)} runs one process, but devices={num_devices} and num_nodes={num_nodes} ask "
             f"for more. Hint: use strategy={parallel!r} (or 'auto'), or devices=1."
         )
-

@@ -15,8 +15,19 @@ from torchplug.utilities.rank_zero import rank_zero_warn
 __all__ = ["as_list", "limit_batches", "num_batches", "with_distributed_sampler"]
 
 # DataLoader arguments we carry over when rebuilding a loader with a DistributedSampler.
-_LOADER_ARGS = ("num_workers", "collate_fn", "pin_memory", "drop_last", "timeout", "worker_init_fn",
-                "multiprocessing_context", "generator", "prefetch_factor", "persistent_workers", "pin_memory_device")
+_LOADER_ARGS = (
+    "num_workers",
+    "collate_fn",
+    "pin_memory",
+    "drop_last",
+    "timeout",
+    "worker_init_fn",
+    "multiprocessing_context",
+    "generator",
+    "prefetch_factor",
+    "persistent_workers",
+    "pin_memory_device",
+)
 
 
 def as_list(loaders: Any) -> list[Any]:
@@ -43,8 +54,9 @@ def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None,
         return loader
     shuffle = isinstance(sampler, RandomSampler) if sampler is not None else shuffle_default
     seed = int(os.environ.get("TORCHPLUG_GLOBAL_SEED", 0))
-    distributed: DistributedSampler[Any] = DistributedSampler(loader.dataset, shuffle=shuffle, seed=seed,
-                                                              **sampler_kwargs)
+    distributed: DistributedSampler[Any] = DistributedSampler(
+        loader.dataset, shuffle=shuffle, seed=seed, **sampler_kwargs
+    )
     kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
     if kwargs.get("num_workers", 0) == 0:
         kwargs.pop("prefetch_factor", None)
@@ -52,8 +64,10 @@ def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None,
     try:
         return type(loader)(loader.dataset, batch_size=loader.batch_size, sampler=distributed, **kwargs)
     except TypeError:
-        rank_zero_warn(f"Could not rebuild {type(loader).__name__} with a DistributedSampler; every process reads "
-                       "all the data. Hint: pass use_distributed_sampler=False and shard it yourself.")
+        rank_zero_warn(
+            f"Could not rebuild {type(loader).__name__} with a DistributedSampler; every process reads "
+            "all the data. Hint: pass use_distributed_sampler=False and shard it yourself."
+        )
         return loader
 
 
@@ -80,18 +94,22 @@ def limit_batches(available: float, limit: int | float | None, name: str) -> flo
     if limit == 1.0:
         return available
     if math.isinf(available):
-        raise MisconfigurationError(f"{name}={limit!r}: a fraction needs a dataloader with a length. "
-                                    f"Give an int number of batches instead.")
+        raise MisconfigurationError(
+            f"{name}={limit!r}: a fraction needs a dataloader with a length. Give an int number of batches instead."
+        )
     limited = int(available * limit)
     if limited == 0 and limit > 0:
-        raise MisconfigurationError(f"{name}={limit!r} of {available} batches is less than one batch. "
-                                    f"Hint: use a larger fraction or an int such as {name}=1.")
+        raise MisconfigurationError(
+            f"{name}={limit!r} of {available} batches is less than one batch. "
+            f"Hint: use a larger fraction or an int such as {name}=1."
+        )
     return limited
 
 
 def check_iterable(loader: Any, what: str) -> Iterable[Any]:
     """Fail early, in the user's words, when a dataloader is not iterable."""
     if not isinstance(loader, Iterable):
-        raise MisconfigurationError(f"{what} is a {type(loader).__name__}, not an iterable of batches "
-                                    "(for example a torch DataLoader).")
+        raise MisconfigurationError(
+            f"{what} is a {type(loader).__name__}, not an iterable of batches (for example a torch DataLoader)."
+        )
     return loader

@@ -36,8 +36,13 @@ def _grad_context(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
     return torch.inference_mode() if trainer.inference_mode else torch.no_grad()
 
 
-def run_evaluation(trainer: Trainer, stage: RunningStage, loaders: list[Any], limits: list[float],
-                   after_batches: Callable[[], None] | None = None) -> list[dict[str, float]]:
+def run_evaluation(
+    trainer: Trainer,
+    stage: RunningStage,
+    loaders: list[Any],
+    limits: list[float],
+    after_batches: Callable[[], None] | None = None,
+) -> list[dict[str, float]]:
     """Run ``validation_step`` or ``test_step`` over ``loaders``; return the epoch metrics per dataloader.
 
     ``after_batches`` runs once every batch is done, before the epoch-end hooks (where checkpoints

@@ -30,8 +30,10 @@ def _loss_of(output: Any) -> torch.Tensor | None:
         return output.get("loss")
     if output is None:
         return None
-    raise TypeError(f"training_step returned {type(output).__name__}; return the loss tensor, a dict with 'loss', "
-                    "or None to skip the batch.")
+    raise TypeError(
+        f"training_step returned {type(output).__name__}; return the loss tensor, a dict with 'loss', "
+        "or None to skip the batch."
+    )
 
 
 def _skip(iterator: Iterator[Any], count: int) -> None:
@@ -70,8 +72,9 @@ class FitLoop:
         """The loss of the last training batch (detached), for the progress bar."""
         return None if self._last_loss is None else self._last_loss.detach()
 
-    def restore(self, state: dict[str, Any], rng: dict[str, Any] | None,
-                gradients: list[torch.Tensor | None] | None) -> None:
+    def restore(
+        self, state: dict[str, Any], rng: dict[str, Any] | None, gradients: list[torch.Tensor | None] | None
+    ) -> None:
         """Continue from a checkpoint's loop state (see :class:`FitProgress`)."""
         self.progress = FitProgress()
         self.progress.load_state_dict(state)
@@ -134,8 +137,7 @@ class FitLoop:
         self._epoch_validated = False
         t._call_hooks("on_train_epoch_start")
         iterator = self._epoch_iterator()
-        if resuming and not p.tail_done and self._tail(p.batches_done - 1,
-                                                       p.batches_done >= t.num_training_batches):
+        if resuming and not p.tail_done and self._tail(p.batches_done - 1, p.batches_done >= t.num_training_batches):
             return
         self._run_batches(iterator)
         if not t._stop_now:
@@ -324,8 +326,11 @@ class FitLoop:
             if optimizer is not None:
                 t.strategy.optimizer_step(optimizer, None)
                 self._after_optimizer_step(optimizer)
-        if not self._epoch_validated and t._should_validate(p.batches_done, True) and math.isinf(
-                t.num_training_batches):
+        if (
+            not self._epoch_validated
+            and t._should_validate(p.batches_done, True)
+            and math.isinf(t.num_training_batches)
+        ):
             t._run_validation()
         t.state.stage = RunningStage.TRAINING
         t._results.set_stage("train", reset=False)

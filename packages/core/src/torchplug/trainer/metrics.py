@@ -18,11 +18,24 @@ _REDUCE_FX: Final = ("mean", "sum", "max", "min")
 
 
 class _Metric:
-    __slots__ = ("epoch_value", "fresh", "last", "logger", "name", "on_epoch", "on_step", "prog_bar", "reduce_fx",
-                 "sync_dist", "total", "weight")
+    __slots__ = (
+        "epoch_value",
+        "fresh",
+        "last",
+        "logger",
+        "name",
+        "on_epoch",
+        "on_step",
+        "prog_bar",
+        "reduce_fx",
+        "sync_dist",
+        "total",
+        "weight",
+    )
 
-    def __init__(self, name: str, prog_bar: bool, logger: bool, on_step: bool, on_epoch: bool, reduce_fx: str,
-                 sync_dist: bool) -> None:
+    def __init__(
+        self, name: str, prog_bar: bool, logger: bool, on_step: bool, on_epoch: bool, reduce_fx: str, sync_dist: bool
+    ) -> None:
         self.name = name
         self.prog_bar = prog_bar
         self.logger = logger
@@ -46,8 +59,10 @@ class _Metric:
 def _check_value(name: str, value: Any) -> None:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(f"self.log({name!r}, ...) needs one number, got a tensor of shape {tuple(value.shape)}. "
-                             "Hint: reduce it first, for example value.mean().")
+            raise ValueError(
+                f"self.log({name!r}, ...) needs one number, got a tensor of shape {tuple(value.shape)}. "
+                "Hint: reduce it first, for example value.mean()."
+            )
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise TypeError(f"self.log({name!r}, ...) needs a number or a one-element tensor, got {type(value).__name__}.")
@@ -95,8 +110,18 @@ class MetricStore:
         self.current_batch = batch
         self._batch_size = None
 
-    def log(self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None, on_epoch: bool | None,
-            reduce_fx: str, sync_dist: bool, batch_size: int | None) -> None:
+    def log(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool,
+        logger: bool,
+        on_step: bool | None,
+        on_epoch: bool | None,
+        reduce_fx: str,
+        sync_dist: bool,
+        batch_size: int | None,
+    ) -> None:
         """Record one value (see ``Module.log`` for the meaning of the options)."""
         if self.suffix:
             name += self.suffix
@@ -111,16 +136,32 @@ class MetricStore:
         if metric.on_epoch:
             self._accumulate(metric, value, batch_size)
 
-    def _create(self, name: str, value: Any, prog_bar: bool, logger: bool, on_step: bool | None,
-                on_epoch: bool | None, reduce_fx: str, sync_dist: bool) -> _Metric:
+    def _create(
+        self,
+        name: str,
+        value: Any,
+        prog_bar: bool,
+        logger: bool,
+        on_step: bool | None,
+        on_epoch: bool | None,
+        reduce_fx: str,
+        sync_dist: bool,
+    ) -> _Metric:
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log needs a non-empty string name, got {name!r}.")
         _check_value(name, value)
         if reduce_fx not in _REDUCE_FX:
             raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(_REDUCE_FX)}.")
         step_default, epoch_default = self.defaults
-        metric = _Metric(name, prog_bar, logger, step_default if on_step is None else on_step,
-                         epoch_default if on_epoch is None else on_epoch, reduce_fx, sync_dist)
+        metric = _Metric(
+            name,
+            prog_bar,
+            logger,
+            step_default if on_step is None else on_step,
+            epoch_default if on_epoch is None else on_epoch,
+            reduce_fx,
+            sync_dist,
+        )
         if not (metric.on_step or metric.on_epoch):
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
         self._active[name] = metric
@@ -138,8 +179,11 @@ class MetricStore:
             metric.total = value
         else:
             pick = max if fx == "max" else min
-            metric.total = pick(metric.total, value) if not isinstance(value, torch.Tensor) else (
-                torch.maximum(metric.total, value) if fx == "max" else torch.minimum(metric.total, value))
+            metric.total = (
+                pick(metric.total, value)
+                if not isinstance(value, torch.Tensor)
+                else (torch.maximum(metric.total, value) if fx == "max" else torch.minimum(metric.total, value))
+            )
 
     def _inferred_batch_size(self) -> float:
         if self._batch_size is None:
@@ -161,14 +205,19 @@ class MetricStore:
             if metric.reduce_fx == "mean":
                 weight: Any = metric.weight
                 if metric.sync_dist:
-                    packed = torch.stack([torch.as_tensor(total, dtype=torch.float64).reshape(()),
-                                          torch.as_tensor(weight, dtype=torch.float64)])
+                    packed = torch.stack(
+                        [
+                            torch.as_tensor(total, dtype=torch.float64).reshape(()),
+                            torch.as_tensor(weight, dtype=torch.float64),
+                        ]
+                    )
                     packed = self._reduce(packed, reduce_op="sum")
                     total, weight = packed[0], packed[1]
                 metric.epoch_value = total / weight
             else:
-                metric.epoch_value = self._reduce(torch.as_tensor(total), reduce_op=metric.reduce_fx) \
-                    if metric.sync_dist else total
+                metric.epoch_value = (
+                    self._reduce(torch.as_tensor(total), reduce_op=metric.reduce_fx) if metric.sync_dist else total
+                )
 
     # -- reading --------------------------------------------------------------------------------
 
@@ -196,8 +245,11 @@ class MetricStore:
 
     def epoch_metrics(self, stage: str) -> dict[str, float]:
         """The epoch aggregates of ``stage`` for the loggers."""
-        return {m.epoch_key(): _as_float(m.epoch_value) for m in self._stages.get(stage, {}).values()
-                if m.logger and m.epoch_value is not None}
+        return {
+            m.epoch_key(): _as_float(m.epoch_value)
+            for m in self._stages.get(stage, {}).values()
+            if m.logger and m.epoch_value is not None
+        }
 
     def progress_bar_metrics(self) -> dict[str, float]:
         """The metrics logged with ``prog_bar=True``, as numbers."""

@@ -112,12 +112,20 @@ class Trainer:
         default_root_dir: str | os.PathLike[str] | None = None,
         plugin_host: PluginHost | None = None,
     ) -> None:
-        self._resolution: Resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes,
-                                               host=plugin_host)
+        self._resolution: Resolution = resolve(
+            accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host
+        )
         self.strategy: Strategy = self._resolution.strategy
         self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
-        self._check_loop_arguments(max_epochs, max_steps, accumulate_grad_batches, gradient_clip_algorithm,
-                                   log_every_n_steps, num_sanity_val_steps, check_val_every_n_epoch)
+        self._check_loop_arguments(
+            max_epochs,
+            max_steps,
+            accumulate_grad_batches,
+            gradient_clip_algorithm,
+            log_every_n_steps,
+            num_sanity_val_steps,
+            check_val_every_n_epoch,
+        )
         self.fast_dev_run = int(fast_dev_run)
         if isinstance(fast_dev_run, bool) is False and self.fast_dev_run < 0:
             raise MisconfigurationError(f"fast_dev_run={fast_dev_run!r}: give True, False or a positive int.")
@@ -167,14 +175,24 @@ class Trainer:
     # -- argument checks --------------------------------------------------------------------------
 
     @staticmethod
-    def _check_loop_arguments(max_epochs: Any, max_steps: Any, accumulate: Any, clip_algorithm: Any,
-                              log_every: Any, sanity: Any, every_n_epoch: Any) -> None:
+    def _check_loop_arguments(
+        max_epochs: Any,
+        max_steps: Any,
+        accumulate: Any,
+        clip_algorithm: Any,
+        log_every: Any,
+        sanity: Any,
+        every_n_epoch: Any,
+    ) -> None:
         def positive_int(name: str, value: Any, allow: tuple[Any, ...] = ()) -> None:
             if value in allow:
                 return
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise MisconfigurationError(f"{name}={value!r} is not valid: give a positive int"
-                                            + (f" or one of {allow}" if allow else "") + ".")
+                raise MisconfigurationError(
+                    f"{name}={value!r} is not valid: give a positive int"
+                    + (f" or one of {allow}" if allow else "")
+                    + "."
+                )
 
         positive_int("max_epochs", max_epochs, (None, -1))
         positive_int("max_steps", max_steps, (-1,))
@@ -205,13 +223,18 @@ class Trainer:
             if not isinstance(callback, Callback):
                 raise MisconfigurationError(f"callbacks= holds {callback!r}, which is not a torchplug Callback.")
         if checkpointing is False and any(isinstance(c, ModelCheckpoint) for c in given):
-            raise MisconfigurationError("enable_checkpointing=False, but callbacks= holds a ModelCheckpoint. "
-                                        "Remove one of them.")
+            raise MisconfigurationError(
+                "enable_checkpointing=False, but callbacks= holds a ModelCheckpoint. Remove one of them."
+            )
         if progress_bar is False and any(isinstance(c, ProgressBar) for c in given):
-            raise MisconfigurationError("enable_progress_bar=False, but callbacks= holds a ProgressBar. "
-                                        "Remove one of them.")
-        if checkpointing is not False and not self.fast_dev_run and not any(isinstance(c, ModelCheckpoint)
-                                                                            for c in given):
+            raise MisconfigurationError(
+                "enable_progress_bar=False, but callbacks= holds a ProgressBar. Remove one of them."
+            )
+        if (
+            checkpointing is not False
+            and not self.fast_dev_run
+            and not any(isinstance(c, ModelCheckpoint) for c in given)
+        ):
             given.append(ModelCheckpoint())
         if progress_bar is not False and not any(isinstance(c, ProgressBar) for c in given):
             given.append(ProgressBar())
@@ -392,8 +415,14 @@ class Trainer:
 
     # -- the four entry points ----------------------------------------------------------------------
 
-    def fit(self, model: Module, train_dataloaders: Any = None, val_dataloaders: Any = None,
-            datamodule: DataModule | None = None, ckpt_path: str | None = None) -> None:
+    def fit(
+        self,
+        model: Module,
+        train_dataloaders: Any = None,
+        val_dataloaders: Any = None,
+        datamodule: DataModule | None = None,
+        ckpt_path: str | None = None,
+    ) -> None:
         """Train ``model``, validating as configured.
 
         Args:
@@ -406,28 +435,70 @@ class Trainer:
         """
         if isinstance(train_dataloaders, DataModule):
             datamodule, train_dataloaders = train_dataloaders, None
-        self._run(TrainerFn.FITTING, model, datamodule,
-                  functools.partial(self._fit_impl, train_dataloaders, val_dataloaders, ckpt_path))
+        self._run(
+            TrainerFn.FITTING,
+            model,
+            datamodule,
+            functools.partial(self._fit_impl, train_dataloaders, val_dataloaders, ckpt_path),
+        )
 
-    def validate(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
-                 datamodule: DataModule | None = None, verbose: bool = True) -> list[dict[str, float]]:
+    def validate(
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | None = None,
+        datamodule: DataModule | None = None,
+        verbose: bool = True,
+    ) -> list[dict[str, float]]:
         """Run one validation epoch and return its metrics, one dict per dataloader (``verbose``: print a table)."""
-        return self._evaluate(TrainerFn.VALIDATING, model, dataloaders, ckpt_path, datamodule,  # type: ignore[no-any-return]
-                              verbose=verbose)
+        return self._evaluate(  # type: ignore[no-any-return]
+            TrainerFn.VALIDATING,
+            model,
+            dataloaders,
+            ckpt_path,
+            datamodule,
+            verbose=verbose,
+        )
 
-    def test(self, model: Module | None = None, dataloaders: Any = None, ckpt_path: str | None = None,
-             datamodule: DataModule | None = None, verbose: bool = True) -> list[dict[str, float]]:
+    def test(
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        ckpt_path: str | None = None,
+        datamodule: DataModule | None = None,
+        verbose: bool = True,
+    ) -> list[dict[str, float]]:
         """Run the test set and return its metrics, one dict per dataloader (``verbose``: print a table)."""
-        return self._evaluate(TrainerFn.TESTING, model, dataloaders, ckpt_path, datamodule,  # type: ignore[no-any-return]
-                              verbose=verbose)
+        return self._evaluate(  # type: ignore[no-any-return]
+            TrainerFn.TESTING,
+            model,
+            dataloaders,
+            ckpt_path,
+            datamodule,
+            verbose=verbose,
+        )
 
-    def predict(self, model: Module | None = None, dataloaders: Any = None, datamodule: DataModule | None = None,
-                return_predictions: bool = True, ckpt_path: str | None = None) -> Any:
+    def predict(
+        self,
+        model: Module | None = None,
+        dataloaders: Any = None,
+        datamodule: DataModule | None = None,
+        return_predictions: bool = True,
+        ckpt_path: str | None = None,
+    ) -> Any:
         """Run ``predict_step`` over the data; return the predictions (a list per dataloader when several)."""
         return self._evaluate(TrainerFn.PREDICTING, model, dataloaders, ckpt_path, datamodule, return_predictions)
 
-    def _evaluate(self, fn: TrainerFn, model: Module | None, dataloaders: Any, ckpt_path: str | None,
-                  datamodule: DataModule | None, keep: bool = True, verbose: bool = False) -> Any:
+    def _evaluate(
+        self,
+        fn: TrainerFn,
+        model: Module | None,
+        dataloaders: Any,
+        ckpt_path: str | None,
+        datamodule: DataModule | None,
+        keep: bool = True,
+        verbose: bool = False,
+    ) -> Any:
         if isinstance(dataloaders, DataModule):
             datamodule, dataloaders = dataloaders, None
         model = model if model is not None else self.module
@@ -526,8 +597,7 @@ class Trainer:
                 if self._watch_preemption:
                     self.cluster_environment.teardown_preemption()
 
-    def _evaluate_impl(self, fn: TrainerFn, dataloaders: Any, ckpt_path: str | None, keep: bool,
-                       verbose: bool) -> Any:
+    def _evaluate_impl(self, fn: TrainerFn, dataloaders: Any, ckpt_path: str | None, keep: bool, verbose: bool) -> Any:
         stage = fn.value
         self._setup(stage)
         try:
@@ -575,28 +645,34 @@ class Trainer:
     def _prepare_train_data(self, train: Any, val: Any) -> None:
         train = train if train is not None else self._source("train_dataloader")
         if train is None:
-            raise MisconfigurationError("fit() needs training data: pass train_dataloaders=..., a DataModule with "
-                                        "train_dataloader(), or define train_dataloader() on the model.")
+            raise MisconfigurationError(
+                "fit() needs training data: pass train_dataloaders=..., a DataModule with "
+                "train_dataloader(), or define train_dataloader() on the model."
+            )
         self._train_loader = self._process(train, "train_dataloaders", True)
         available = num_batches(self._train_loader)
         self.num_training_batches = limit_batches(available, self.limit_train_batches, "limit_train_batches")
         val_loaders = as_list(val if val is not None else self._source("val_dataloader"))
         self._val_loaders = [self._process(v, "val_dataloaders", False) for v in val_loaders]
-        self.num_val_batches = [limit_batches(num_batches(v), self.limit_val_batches, "limit_val_batches")
-                                for v in self._val_loaders]
+        self.num_val_batches = [
+            limit_batches(num_batches(v), self.limit_val_batches, "limit_val_batches") for v in self._val_loaders
+        ]
         self._val_check_batch = self._compute_val_check_batch()
 
     def _compute_val_check_batch(self) -> int | None:
         interval = self.val_check_interval
         if isinstance(interval, float):
             if not 0.0 < interval <= 1.0:
-                raise MisconfigurationError(f"val_check_interval={interval!r}: a float is a fraction of an epoch, "
-                                            "in (0.0, 1.0].")
+                raise MisconfigurationError(
+                    f"val_check_interval={interval!r}: a float is a fraction of an epoch, in (0.0, 1.0]."
+                )
             if interval == 1.0:
                 return None
             if math.isinf(self.num_training_batches):
-                raise MisconfigurationError(f"val_check_interval={interval!r} needs a training dataloader with a "
-                                            "length. Hint: give an int number of batches instead.")
+                raise MisconfigurationError(
+                    f"val_check_interval={interval!r} needs a training dataloader with a "
+                    "length. Hint: give an int number of batches instead."
+                )
             return max(1, int(self.num_training_batches * interval))
         if isinstance(interval, bool) or not isinstance(interval, int) or interval < 1:
             raise MisconfigurationError(f"val_check_interval={interval!r}: give a float fraction or a positive int.")
@@ -612,10 +688,15 @@ class Trainer:
         given = dataloaders if dataloaders is not None else self._source(f"{prefix}_dataloader")
         loaders = [self._process(d, "dataloaders", False) for d in as_list(given)]
         if not loaders:
-            raise MisconfigurationError(f"trainer.{fn.value}() found no data: pass dataloaders=..., or define "
-                                        f"{prefix}_dataloader() on the DataModule or the model.")
-        limit = {"validate": self.limit_val_batches, "test": self.limit_test_batches,
-                 "predict": self.limit_predict_batches}[fn.value]
+            raise MisconfigurationError(
+                f"trainer.{fn.value}() found no data: pass dataloaders=..., or define "
+                f"{prefix}_dataloader() on the DataModule or the model."
+            )
+        limit = {
+            "validate": self.limit_val_batches,
+            "test": self.limit_test_batches,
+            "predict": self.limit_predict_batches,
+        }[fn.value]
         limits = [limit_batches(num_batches(d), limit, f"limit_{prefix}_batches") for d in loaders]
         return loaders, limits
 
@@ -629,7 +710,8 @@ class Trainer:
                 "one. Hint: set self.automatic_optimization = False and step them in training_step."
             )
         self._step_schedulers = self.module.automatic_optimization and any(
-            c.interval == "step" for c in self.lr_scheduler_configs)
+            c.interval == "step" for c in self.lr_scheduler_configs
+        )
         return self.optimizers
 
     def _manual_optimizers(self) -> list[Any]:
@@ -651,7 +733,8 @@ class Trainer:
                         raise MisconfigurationError(
                             f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged. Logged: "
                             f"{', '.join(sorted(self.callback_metrics)) or '(none)'}. Hint: self.log it, or set "
-                            "'strict': False in the lr_scheduler dict.")
+                            "'strict': False in the lr_scheduler dict."
+                        )
                     rank_zero_warn(f"ReduceLROnPlateau skipped: {config.monitor!r} was not logged.")
                     continue
                 config.scheduler.step(value)
@@ -673,8 +756,13 @@ class Trainer:
         return count % check == 0
 
     def _run_validation(self) -> None:
-        run_evaluation(self, RunningStage.VALIDATING, self._val_loaders, self.num_val_batches,
-                       after_batches=self.fit_loop.mark_validated)
+        run_evaluation(
+            self,
+            RunningStage.VALIDATING,
+            self._val_loaders,
+            self.num_val_batches,
+            after_batches=self.fit_loop.mark_validated,
+        )
         self.state.stage = RunningStage.TRAINING
         self._results.set_stage("train", reset=False)
 
@@ -691,8 +779,9 @@ class Trainer:
 
     # -- hooks --------------------------------------------------------------------------------------
 
-    def _hook_list(self, name: str, module_hooks: Sequence[Callable[..., Any]] = (),
-                   monitoring: bool | None = None) -> list[Callable[..., Any]]:
+    def _hook_list(
+        self, name: str, module_hooks: Sequence[Callable[..., Any]] = (), monitoring: bool | None = None
+    ) -> list[Callable[..., Any]]:
         """The callables to run for hook ``name``, bound: overriding callbacks, then overriding module hooks.
 
         ``monitoring`` selects only (True) or no (False) metric-monitoring callbacks; None selects all.
@@ -700,16 +789,20 @@ class Trainer:
         key = (name, monitoring)
         hooks = self._hook_cache.get(key)
         if hooks is None:
-            hooks = [functools.partial(getattr(c, name), self, self.module) for c in self.callbacks
-                     if _overrides(c, name, Callback)
-                     and (monitoring is None or getattr(c, "monitors_metrics", False) == monitoring)]
+            hooks = [
+                functools.partial(getattr(c, name), self, self.module)
+                for c in self.callbacks
+                if _overrides(c, name, Callback)
+                and (monitoring is None or getattr(c, "monitors_metrics", False) == monitoring)
+            ]
             self._hook_cache[key] = hooks
         overriding = [h for h in module_hooks if _overrides(self.module, h.__name__, Module)]
         extra = overriding if monitoring is not True else []
         return hooks + extra if extra else hooks
 
-    def _call_hooks(self, name: str, *args: Any, monitoring: bool | None = None,
-                    module_hook: Callable[[], Any] | None = None) -> None:
+    def _call_hooks(
+        self, name: str, *args: Any, monitoring: bool | None = None, module_hook: Callable[[], Any] | None = None
+    ) -> None:
         """Run hook ``name`` on the callbacks, then on the module (which runs with the non-monitoring group)."""
         for hook in self._hook_list(name, monitoring=monitoring):
             hook(*args)
@@ -745,8 +838,9 @@ class Trainer:
 
     # -- checkpoints and preemption -----------------------------------------------------------------
 
-    def save_checkpoint(self, filepath: str | os.PathLike[str], weights_only: bool = False,
-                        storage_options: Any = None) -> None:
+    def save_checkpoint(
+        self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
+    ) -> None:
         """Write a checkpoint of the run now. Call it on every process: rank 0 writes, sharded state is gathered."""
         if self.module is None:
             raise MisconfigurationError("save_checkpoint() needs a model: call it during or after fit().")
@@ -773,8 +867,10 @@ class Trainer:
         self.strategy.barrier("preemption")
         if self.is_global_zero:
             environment.requeue()
-        rank_zero_warn(f"Preempted at step {self.global_step}: checkpoint written to {path} and a requeue requested "
-                       f"from {type(environment).__name__}; fit() returns now and a restarted job resumes from it.")
+        rank_zero_warn(
+            f"Preempted at step {self.global_step}: checkpoint written to {path} and a requeue requested "
+            f"from {type(environment).__name__}; fit() returns now and a restarted job resumes from it."
+        )
         self._stop_now = True
         self.should_stop = True
 

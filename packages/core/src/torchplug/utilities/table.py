@@ -76,8 +76,9 @@ def format_results(results: Mapping[str, Any] | Sequence[Mapping[str, Any]], sta
     return format_table(headers, rows, rule)
 
 
-def print_results(results: Mapping[str, Any] | Sequence[Mapping[str, Any]], stage: str,
-                  stream: TextIO | None = None) -> None:
+def print_results(
+    results: Mapping[str, Any] | Sequence[Mapping[str, Any]], stage: str, stream: TextIO | None = None
+) -> None:
     """Print :func:`format_results` to ``stream`` (default: ``sys.stdout``); nothing when there is no metric."""
     stream = stream if stream is not None else sys.stdout
     rule = "─"

@@ -8,7 +8,8 @@ from torch_xla import _fake
 
 
 class autocast(torch.autocast):
-    def __init__(self, device: torch.device, enabled: bool = True, dtype: torch.dtype | None = None,
-                 cache_enabled: bool = True) -> None:
+    def __init__(
+        self, device: torch.device, enabled: bool = True, dtype: torch.dtype | None = None, cache_enabled: bool = True
+    ) -> None:
         _fake.record("amp.autocast")
         super().__init__("cpu", dtype=dtype or torch.bfloat16, enabled=enabled, cache_enabled=cache_enabled)

@@ -14,8 +14,12 @@ REDUCE_MUL = "mul"
 REDUCE_MIN = "min"
 REDUCE_MAX = "max"
 
-_OPS = {REDUCE_SUM: dist.ReduceOp.SUM, REDUCE_MUL: dist.ReduceOp.PRODUCT, REDUCE_MIN: dist.ReduceOp.MIN,
-        REDUCE_MAX: dist.ReduceOp.MAX}
+_OPS = {
+    REDUCE_SUM: dist.ReduceOp.SUM,
+    REDUCE_MUL: dist.ReduceOp.PRODUCT,
+    REDUCE_MIN: dist.ReduceOp.MIN,
+    REDUCE_MAX: dist.ReduceOp.MAX,
+}
 
 
 def xla_device(n: int | None = None, devkind: str | None = None) -> torch.device:
@@ -49,8 +53,9 @@ def all_reduce(reduce_type: str, inputs: Any, scale: float = 1.0, groups: Any = 
     return tensors[0] if isinstance(inputs, torch.Tensor) else inputs
 
 
-def all_gather(value: torch.Tensor, dim: int = 0, groups: Any = None, output: Any = None,
-               pin_layout: bool = True) -> torch.Tensor:
+def all_gather(
+    value: torch.Tensor, dim: int = 0, groups: Any = None, output: Any = None, pin_layout: bool = True
+) -> torch.Tensor:
     _fake.record("all_gather")
     if xrt_world_size() == 1:
         return value.clone()
@@ -59,8 +64,9 @@ def all_gather(value: torch.Tensor, dim: int = 0, groups: Any = None, output: An
     return torch.cat(parts, dim=dim)
 
 
-def collective_broadcast(tensors: list[torch.Tensor], root_ordinal: int = 0, groups: Any = None,
-                         pin_layout: bool = True) -> None:
+def collective_broadcast(
+    tensors: list[torch.Tensor], root_ordinal: int = 0, groups: Any = None, pin_layout: bool = True
+) -> None:
     """As torch_xla does it: every replica but the root zeroes its tensors, then all of them are summed."""
     _fake.record("collective_broadcast")
     with torch.no_grad():

@@ -21,8 +21,14 @@ from torch_xla import _fake
 from torch_xla._internal import tpu
 
 
-def spawn(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int | None = None, join: bool = True,
-          daemon: bool = False, start_method: str = "spawn") -> Any:
+def spawn(
+    fn: Callable[..., Any],
+    args: tuple[Any, ...] = (),
+    nprocs: int | None = None,
+    join: bool = True,
+    daemon: bool = False,
+    start_method: str = "spawn",
+) -> Any:
     _fake.record(f"spawn:{nprocs}:{start_method}")
     if nprocs == 1:
         _fake.start()
@@ -41,8 +47,9 @@ def spawn(fn: Callable[..., Any], args: tuple[Any, ...] = (), nprocs: int | None
 
 
 def _run_process(rank: int, fn: Callable[..., Any], args: tuple[Any, ...], world_size: int, port: int) -> Any:
-    os.environ.update(FAKE_XLA_ORDINAL=str(rank), FAKE_XLA_WORLD_SIZE=str(world_size),
-                      PJRT_LOCAL_PROCESS_RANK=str(rank))
+    os.environ.update(
+        FAKE_XLA_ORDINAL=str(rank), FAKE_XLA_WORLD_SIZE=str(world_size), PJRT_LOCAL_PROCESS_RANK=str(rank)
+    )
     dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world_size)
     try:
         return fn(rank, *args)

@@ -69,16 +69,20 @@ class MultiProcessingLauncher(Launcher):
         env.validate_settings(self.strategy.num_processes, self.strategy.num_nodes)
         if env.creates_processes_externally:  # already inside a worker (or under torchrun): just run
             return function(*args, **kwargs)
-        rendezvous = {"MASTER_ADDR": env.main_address, "MASTER_PORT": str(env.main_port),
-                      "NODE_RANK": str(env.node_rank())}
+        rendezvous = {
+            "MASTER_ADDR": env.main_address,
+            "MASTER_PORT": str(env.main_port),
+            "NODE_RANK": str(env.node_rank()),
+        }
         # The first worker writes its results to a file: tensors sent through a queue would reference
         # shared memory owned by a worker that has exited by the time they are read.
         fd, results_path = tempfile.mkstemp(prefix="torchplug-workers-", suffix=".pt")
         os.close(fd)
         try:
             worker_args = (trainer, function, args, kwargs, results_path, rendezvous, capture_rng_states())
-            start_processes(_worker, args=worker_args,
-                            nprocs=self.strategy.num_processes, start_method=self.start_method, join=True)
+            start_processes(
+                _worker, args=worker_args, nprocs=self.strategy.num_processes, start_method=self.start_method, join=True
+            )
             if os.path.getsize(results_path) == 0:
                 raise RuntimeError("The first worker finished without writing its results.")
             output = torch.load(results_path, weights_only=False)  # written by our own worker just now
@@ -89,8 +93,16 @@ class MultiProcessingLauncher(Launcher):
         return output["result"]
 
 
-def _worker(local_rank: int, trainer: Any, function: Callable[..., Any], args: tuple[Any, ...],
-            kwargs: dict[str, Any], results_path: str, rendezvous: dict[str, str], rng: dict[str, Any]) -> None:
+def _worker(
+    local_rank: int,
+    trainer: Any,
+    function: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    results_path: str,
+    rendezvous: dict[str, str],
+    rng: dict[str, Any],
+) -> None:
     os.environ.update(rendezvous, LOCAL_RANK=str(local_rank))
     restore_rng_states(rng)  # a spawned worker starts with fresh generators: continue from the caller's
     if trainer is not None:

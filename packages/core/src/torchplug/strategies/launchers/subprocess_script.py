@@ -101,8 +101,11 @@ class _Children:
                     note = self._note(rank) if read_notes or code not in (None, 0) else None
                     if code in (None, 0) and note is None:
                         continue
-                    how = "failed" if code in (None, 0) else (
-                        f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+                    how = (
+                        "failed"
+                        if code in (None, 0)
+                        else (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
+                    )
                     self.failure = f"Local rank {rank} (pid {proc.pid}) {how}; the other ranks were stopped."
                     self.failure += f" Its error: {note}" if note else ""
                     break
@@ -122,8 +125,11 @@ class _Children:
         time.sleep(timeout)  # rank 0 normally fails by itself first (its collectives lose their peer)
         if self.reported:  # it did, and raised the failure: the program decides what happens next
             return
-        print(f"torchplug: {self.failure}\ntorchplug: rank 0 did not stop within {timeout:g} s of that failure "
-              f"(set {FAILURE_TIMEOUT_ENV} to wait longer); exiting.", file=sys.stderr)
+        print(
+            f"torchplug: {self.failure}\ntorchplug: rank 0 did not stop within {timeout:g} s of that failure "
+            f"(set {FAILURE_TIMEOUT_ENV} to wait longer); exiting.",
+            file=sys.stderr,
+        )
         os._exit(1)
 
     def stop_after_error(self, grace: float = _CHILD_EXIT_GRACE) -> str | None:
@@ -240,8 +246,7 @@ class SubprocessScriptLauncher(Launcher):
     def _start_children(self) -> None:
         env = self.cluster_environment
         command = script_command()
-        shared = {"MASTER_ADDR": env.main_address, "MASTER_PORT": str(env.main_port),
-                  "NODE_RANK": str(env.node_rank())}
+        shared = {"MASTER_ADDR": env.main_address, "MASTER_PORT": str(env.main_port), "NODE_RANK": str(env.node_rank())}
         # Later Trainers in this process must join the same group instead of launching again.
         os.environ.update(shared, LOCAL_RANK="0")
         log.info("launching local ranks 1..%d: %s", self.num_processes - 1, " ".join(command))
@@ -254,8 +259,7 @@ class SubprocessScriptLauncher(Launcher):
         if parent is None or _WATCHING_PARENT:
             return
         _WATCHING_PARENT = True
-        threading.Thread(target=_watch_parent, args=(int(parent),), name="torchplug-parent-watch",
-                         daemon=True).start()
+        threading.Thread(target=_watch_parent, args=(int(parent),), name="torchplug-parent-watch", daemon=True).start()
 
     def kill(self, signum: int) -> None:
         """Send ``signum`` to every child."""

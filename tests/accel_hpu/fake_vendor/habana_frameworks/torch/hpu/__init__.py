@@ -29,9 +29,18 @@ def current_device() -> int:
 
 def memory_stats(device: Any = None) -> dict[str, int]:
     gib = 1 << 30
-    return {"Limit": 94 * gib, "InUse": 3 * gib, "MaxInUse": 5 * gib, "NumAllocs": 120, "NumFrees": 100,
-            "ActiveAllocs": 20, "MaxAllocSize": gib, "TotalSystemAllocs": 7, "TotalSystemFrees": 2,
-            "TotalActiveAllocs": 5}
+    return {
+        "Limit": 94 * gib,
+        "InUse": 3 * gib,
+        "MaxInUse": 5 * gib,
+        "NumAllocs": 120,
+        "NumFrees": 100,
+        "ActiveAllocs": 20,
+        "MaxAllocSize": gib,
+        "TotalSystemAllocs": 7,
+        "TotalSystemFrees": 2,
+        "TotalActiveAllocs": 5,
+    }
 
 
 def get_rng_state(device: Any = "hpu") -> torch.Tensor:
