@@ -46,7 +46,7 @@ class Regressor(torchplug.Module):
         return torch.nn.functional.mse_loss(self(x).float(), y.float())
 
     def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
-        self.log("train_loss", outputs)
+        self.log("train_loss", outputs["loss"])  # outputs is {"loss": ...}, as in Lightning
 
     def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
         self.log("val_loss", outputs.mean())

@@ -53,7 +53,7 @@ class TinyModel(Module):
         if self.scores is not None:
             self.log("score", float(self.scores[self.current_epoch]))
 
-    def test_step(self, batch: Any, batch_idx: int) -> None:
+    def test_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         x, y = batch
         self.log("test_loss", torch.nn.functional.mse_loss(self.layer(x), y))
 

@@ -34,9 +34,10 @@ def test_step_interval_logs_every_log_every_n_steps(tmp_path, make_trainer, tiny
     trainer = make_trainer(max_epochs=2, logger=logger, log_every_n_steps=4, callbacks=[monitor])
     trainer.fit(tiny_model(lr=0.1, scheduler="step_lr"), data())
 
-    assert rows(logger, "lr-SGD") == [(0, 0.1), (4, 0.1), (8, 0.05), (12, 0.05)]
-    assert rows(logger, "lr-SGD-momentum")[0] == (0, 0.9)
-    assert rows(logger, "lr-SGD-weight_decay")[0] == (0, 0.0)
+    # at the loggers' steps of the step metrics (Lightning's): before batches 3, 7, 11 and 15
+    assert rows(logger, "lr-SGD") == [(3, 0.1), (7, 0.1), (11, 0.05), (15, 0.05)]
+    assert rows(logger, "lr-SGD-momentum")[0] == (3, 0.9)
+    assert rows(logger, "lr-SGD-weight_decay")[0] == (3, 0.0)
     assert monitor.last_values["lr-SGD"] == 0.05
 
 
@@ -60,9 +61,10 @@ def test_parameter_groups_and_named_schedulers(tmp_path, make_trainer, tiny_mode
     make_trainer(max_epochs=1, logger=logger, log_every_n_steps=4, callbacks=[monitor]).fit(Model(), data())
 
     assert set(monitor.last_values) == {"my_lr/pg1", "my_lr/bias", "my_lr/pg1-momentum", "my_lr/bias-momentum"}
-    assert rows(logger, "my_lr/pg1")[0] == (0, 0.01)
-    assert rows(logger, "my_lr/bias-momentum")[0] == (0, 0.9)  # Adam's betas[0]
-    assert [step for step, _ in rows(logger, "my_lr/pg1")] == [0, 4]  # a step scheduler: not at epoch starts
+    step, lr = rows(logger, "my_lr/pg1")[0]
+    assert step == 3 and lr == pytest.approx(0.01 * 0.1**3)  # StepLR(gamma=0.1) stepped after batches 0, 1 and 2
+    assert rows(logger, "my_lr/bias-momentum")[0] == (3, 0.9)  # Adam's betas[0]
+    assert [step for step, _ in rows(logger, "my_lr/pg1")] == [3, 7]  # a step scheduler: not at epoch starts
 
 
 def test_needs_a_logger(make_trainer, tiny_model, data):

@@ -49,8 +49,8 @@ def test_fit_writes_event_files_with_the_metrics(tmp_path, fit_with):
     assert logger.log_dir == f"{tmp_path}/tb/version_0"
     assert glob.glob(f"{logger.log_dir}/events.out.tfevents.*")
     values = scalars(logger.log_dir)
-    assert [step for step, _ in values["train_loss_step"]] == [2, 4, 6, 8, 10, 12, 14, 16]
-    assert [step for step, _ in values["train_loss_epoch"]] == [8, 16]
+    assert [step for step, _ in values["train_loss_step"]] == [1, 3, 5, 7, 9, 11, 13, 15]  # Lightning's steps
+    assert [step for step, _ in values["train_loss_epoch"]] == [7, 15]
     assert len(values["val_loss"]) == 2
     assert values["hp_metric"] == [(0, -1.0)]
     # Checkpoints go beside the events by default, as with CSVLogger.

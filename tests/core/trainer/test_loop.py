@@ -173,17 +173,29 @@ def test_log_outside_a_trainer_warns_once() -> None:
         model.log("x", 1.0)
 
 
+def _grad_norm(module: torch.nn.Module) -> float:
+    grads = [p.grad for p in module.parameters() if p.grad is not None]
+    return torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item()
+
+
 def test_gradient_clipping_by_norm_bounds_the_update() -> None:
-    norms: list[float] = []
+    seen_before_clipping: list[float] = []
+    stepped_with: list[float] = []
 
     class Watch(torchplug.Callback):
         def on_before_optimizer_step(self, trainer: Any, module: Any, optimizer: Any) -> None:
-            grads = [p.grad for p in module.parameters() if p.grad is not None]
-            norms.append(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads])).item())
+            seen_before_clipping.append(_grad_norm(module))
+
+    class Recording(Classifier):
+        def optimizer_step(self, epoch: int, batch_idx: int, optimizer: Any, optimizer_closure: Any = None) -> None:
+            super().optimizer_step(epoch, batch_idx, optimizer, optimizer_closure)
+            stepped_with.append(_grad_norm(self))  # the gradients stay until the next zero_grad
 
     trainer = torchplug.Trainer(**quiet(max_steps=10, gradient_clip_val=0.01, callbacks=[Watch()]))
-    trainer.fit(Classifier(), datamodule=BlobData())
-    assert len(norms) == 10 and max(norms) <= 0.01 + 1e-6
+    trainer.fit(Recording(), datamodule=BlobData())
+    assert len(stepped_with) == 10 and max(stepped_with) <= 0.01 + 1e-6
+    # on_before_optimizer_step runs before the clipping, as in Lightning: it sees the true gradients
+    assert len(seen_before_clipping) == 10 and min(seen_before_clipping) > 0.01
 
 
 @pytest.mark.parametrize(("scheduler", "expected_lr"), [("step", 0.05 * 0.5**3), ("epoch", 0.05 * 0.8**2)])
@@ -255,12 +267,20 @@ def test_bad_configure_optimizers_output(returned: Any, message: str) -> None:
 
 
 def test_training_step_returning_none_skips_the_step() -> None:
+    changed: list[bool] = []
+
     class Skip(Classifier):
         def training_step(self, batch: Any, batch_idx: int) -> Any:
+            self._before = [p.detach().clone() for p in self.parameters()]
             return None if batch_idx % 2 else super().training_step(batch, batch_idx)
 
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            changed.append(any(not torch.equal(a, p) for a, p in zip(self._before, self.parameters())))
+
     trainer, _ = _fit({"max_epochs": 1}, model=Skip())
-    assert trainer.global_step == 8
+    # Lightning counts the skipped batches as optimizer steps (the optimizer is stepped and finds no gradient)
+    assert trainer.global_step == 16
+    assert changed == [True, False] * 8  # a skipped batch leaves the weights as they were
 
 
 def test_early_end_of_epoch_from_on_train_batch_start() -> None:

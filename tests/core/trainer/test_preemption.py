@@ -90,9 +90,19 @@ def test_preemption_saves_requeues_and_the_restart_resumes_exactly(tmp_path: Pat
 
 
 def test_no_preemption_watch_without_support(tmp_path: Path) -> None:
-    trainer = torchplug.Trainer(**quiet(max_steps=2, default_root_dir=tmp_path))
+    class NoPreemption(LocalEnvironment):
+        """An environment that cannot announce preemptions: the Trainer must never poll it."""
+
+        polled = 0
+
+        def preemption_requested(self) -> bool:
+            NoPreemption.polled += 1
+            return False
+
+    trainer = torchplug.Trainer(**quiet(max_steps=2, default_root_dir=tmp_path, plugins=[NoPreemption()]))
     trainer.fit(Classifier(), datamodule=BlobData())
-    assert trainer._watch_preemption is False
+    assert trainer.global_step == 2
+    assert NoPreemption.polled == 0 and not trainer.preempted
 
 
 @pytest.mark.parametrize("step", [3])

@@ -88,8 +88,8 @@ class LearningRateMonitor(Callback):
         """Log the step values every ``log_every_n_steps`` optimizer steps (once per step)."""
         if self.logging_interval == "epoch":
             return
-        step = trainer.global_step
-        if step % trainer.log_every_n_steps or step == self._last_step_logged:
+        step = trainer.fit_loop.progress.stepped_batches  # the loggers' step, as for the step metrics
+        if ((step + 1) % trainer.log_every_n_steps and not trainer.should_stop) or step == self._last_step_logged:
             return
         self._last_step_logged = step
         self._log(trainer, "step")
@@ -107,7 +107,10 @@ class LearningRateMonitor(Callback):
                 stats.update(self._stats(tracked))
         if stats:
             self.last_values.update(stats)
-            trainer._log_metrics(stats)
+            if trainer.is_global_zero:
+                step = trainer.fit_loop.progress.stepped_batches
+                for logger in trainer.loggers:
+                    logger.log_metrics(stats, step)
 
     def _stats(self, tracked: _Tracked) -> dict[str, float]:
         stats: dict[str, float] = {}

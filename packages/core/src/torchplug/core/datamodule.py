@@ -48,6 +48,20 @@ class DataModule:
         """The predict dataloader(s)."""
         raise NotImplementedError(f"{type(self).__name__} has no predict_dataloader(); define it to predict.")
 
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch on the host, before it moves to the device (this override wins over the module's)."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: Any, dataloader_idx: int) -> Any:
+        """Move a batch to ``device`` (this override wins over the module's)."""
+        from torchplug.utilities.apply import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch on the device, after the transfer (this override wins over the module's)."""
+        return batch
+
     def state_dict(self) -> dict[str, Any]:
         """State to keep in checkpoints (plain data)."""
         return {}

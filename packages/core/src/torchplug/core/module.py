@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 import warnings
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -12,6 +12,7 @@ import torch
 from torchplug.core.hparams import AttributeDict, collect_init_args, split_unsafe
 
 if TYPE_CHECKING:
+    from torchplug.trainer.metrics import MetricStore
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["Module"]
@@ -41,6 +42,10 @@ class Module(torch.nn.Module):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._trainer: Trainer | None = None
+        #: The metric store of the run in progress, handed over by the Trainer (None outside a run).
+        self._results: MetricStore | None = None
+        #: The optimizers ``optimizers()`` returns in manual optimization, handed over by the Trainer.
+        self._step_optimizers: list[Any] = []
         self._hparams = AttributeDict()
         self._log_warned = False
         #: Set to False to step the optimizers yourself in ``training_step`` (see :meth:`manual_backward`).
@@ -151,8 +156,8 @@ class Module(torch.nn.Module):
             sync_dist: Reduce the value over all processes (per step, or at epoch end for the aggregate).
             batch_size: The weight of this value in the epoch mean; inferred from the batch when None.
         """
-        trainer = self._trainer
-        if trainer is None or trainer._results is None:
+        results = self._results
+        if results is None:
             if not self._log_warned:
                 self._log_warned = True
                 warnings.warn(
@@ -160,7 +165,7 @@ class Module(torch.nn.Module):
                     stacklevel=2,
                 )
             return
-        trainer._results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
+        results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
 
     def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
         """Call :meth:`log` for each item of ``metrics`` with the same options."""
@@ -231,7 +236,7 @@ class Module(torch.nn.Module):
         With ``automatic_optimization = False`` their ``step()`` goes through the strategy and
         precision plugins (loss scaling included).
         """
-        optimizers = self.trainer._manual_optimizers()
+        optimizers = self._step_optimizers or self.trainer.optimizers
         return optimizers[0] if len(optimizers) == 1 else optimizers
 
     def lr_schedulers(self) -> Any:
@@ -241,9 +246,37 @@ class Module(torch.nn.Module):
             return None
         return schedulers[0] if len(schedulers) == 1 else schedulers
 
-    def manual_backward(self, loss: torch.Tensor) -> None:
-        """Backward for manual optimization: goes through the precision plugin (loss scaling) and strategy."""
-        self.trainer.strategy.backward(loss, None)
+    def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Backward for manual optimization: goes through the precision plugin (loss scaling) and strategy.
+
+        Extra arguments (``retain_graph=True``...) reach ``loss.backward``.
+        """
+        self.trainer.strategy.backward(loss, None, *args, **kwargs)
+
+    def clip_gradients(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip the gradients of ``optimizer``'s parameters through the precision plugin (unscaled first).
+
+        Args:
+            optimizer: Whose parameters' gradients to clip.
+            gradient_clip_val: The maximum norm (or value); None or 0 does nothing.
+            gradient_clip_algorithm: ``"norm"`` (default) or ``"value"``.
+        """
+        if not gradient_clip_val:
+            return
+        algorithm = gradient_clip_algorithm or "norm"
+        if algorithm not in ("norm", "value"):
+            raise ValueError(f"gradient_clip_algorithm={algorithm!r} is not valid: choose 'norm' or 'value'.")
+        if isinstance(gradient_clip_val, bool) or not isinstance(gradient_clip_val, (int, float)):
+            raise TypeError(f"gradient_clip_val={gradient_clip_val!r} is not valid: give a positive number.")
+        if not gradient_clip_val > 0 or gradient_clip_val != gradient_clip_val:
+            raise ValueError(f"gradient_clip_val={gradient_clip_val!r} is not valid: give a positive number.")
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # the step wrapper of manual optimization
+        self.trainer.strategy.clip_gradients(optimizer, float(gradient_clip_val), algorithm)
 
     def all_gather(self, data: Any, sync_grads: bool = False) -> Any:
         """Gather tensors in ``data`` from every process: each gains a leading dimension of world size."""
@@ -296,10 +329,10 @@ class Module(torch.nn.Module):
     def on_validation_epoch_end(self) -> None:
         """Called at the end of a validation epoch (log aggregate metrics here)."""
 
-    def on_validation_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_validation_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Called before each validation batch."""
 
-    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_validation_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Called after each validation batch."""
 
     def on_test_start(self) -> None:
@@ -314,10 +347,10 @@ class Module(torch.nn.Module):
     def on_test_epoch_end(self) -> None:
         """Called at the end of the test epoch."""
 
-    def on_test_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_test_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Called before each test batch."""
 
-    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_test_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Called after each test batch."""
 
     def on_predict_start(self) -> None:
@@ -332,10 +365,10 @@ class Module(torch.nn.Module):
     def on_predict_epoch_end(self) -> None:
         """Called at the end of the predict epoch."""
 
-    def on_predict_batch_start(self, batch: Any, batch_idx: int) -> None:
+    def on_predict_batch_start(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Called before each predict batch."""
 
-    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+    def on_predict_batch_end(self, outputs: Any, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
         """Called after each predict batch."""
 
     def on_before_backward(self, loss: torch.Tensor) -> None:
@@ -345,10 +378,130 @@ class Module(torch.nn.Module):
         """Called after backward, before the optimizer step (gradients are available, still scaled)."""
 
     def on_before_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        """Called before each optimizer step, after gradient clipping."""
+        """Called before each optimizer step, before gradient clipping (the gradients are unscaled only by then)."""
 
     def on_before_zero_grad(self, optimizer: torch.optim.Optimizer) -> None:
         """Called before the gradients are reset."""
+
+    def on_validation_model_zero_grad(self) -> None:
+        """Called when validation starts inside ``fit`` (not mid-accumulation): frees the gradients' memory."""
+        self.zero_grad()
+
+    def on_validation_model_eval(self) -> None:
+        """Called when validation starts: puts the model in eval mode."""
+        self._model_as_run().eval()
+
+    def on_validation_model_train(self) -> None:
+        """Called when validation ends; default: the modes of the submodules are restored as they were."""
+        self._model_as_run().train()
+
+    def on_test_model_eval(self) -> None:
+        """Called when testing starts: puts the model in eval mode."""
+        self._model_as_run().eval()
+
+    def on_test_model_train(self) -> None:
+        """Called when testing ends; default: the modes of the submodules are restored as they were."""
+        self._model_as_run().train()
+
+    def on_predict_model_eval(self) -> None:
+        """Called when predicting starts: puts the model in eval mode."""
+        self._model_as_run().eval()
+
+    def _model_as_run(self) -> torch.nn.Module:
+        """The model as the strategy runs it (wrapped in DDP...), or this module outside a run."""
+        model = self._trainer.model if self._trainer is not None else None
+        return model if model is not None else self
+
+    # -- optimization hooks: override to change how the Trainer optimizes ------------------------
+
+    def backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
+        """Compute the gradients of ``loss`` (called by the precision plugin, after any loss scaling)."""
+        loss.backward(*args, **kwargs)
+
+    def optimizer_step(
+        self,
+        epoch: int,
+        batch_idx: int,
+        optimizer: Any,
+        optimizer_closure: Callable[[], Any] | None = None,
+    ) -> None:
+        """Step the optimizer; ``optimizer_closure`` runs ``training_step``, ``zero_grad`` and backward.
+
+        Override it to change the step, for example a learning-rate warm-up::
+
+            def optimizer_step(self, epoch, batch_idx, optimizer, optimizer_closure):
+                optimizer.step(closure=optimizer_closure)
+                if self.trainer.global_step < 500:
+                    scale = min(1.0, float(self.trainer.global_step + 1) / 500.0)
+                    for group in optimizer.param_groups:
+                        group["lr"] = scale * self.hparams.lr
+
+        ``optimizer.step`` goes through the strategy and precision plugins. Always pass the closure
+        on: without it there is no forward or backward.
+        """
+        optimizer.step(closure=optimizer_closure)
+
+    def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
+        """Reset the gradients (on the first batch of each accumulation window, before backward)."""
+        optimizer.zero_grad()
+
+    def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
+        """Step a learning-rate scheduler (``metric`` is the monitored value for ReduceLROnPlateau, else None)."""
+        if metric is None:
+            scheduler.step()
+        else:
+            scheduler.step(metric)
+
+    def configure_gradient_clipping(
+        self,
+        optimizer: torch.optim.Optimizer,
+        gradient_clip_val: float | None = None,
+        gradient_clip_algorithm: str | None = None,
+    ) -> None:
+        """Clip the gradients before each optimizer step (default: the Trainer's ``gradient_clip_val``)."""
+        self.clip_gradients(optimizer, gradient_clip_val, gradient_clip_algorithm)
+
+    def configure_model(self) -> None:
+        """Create the layers here to have them built on the device, in the precision's dtype, sharded.
+
+        Called in every process at the start of each run, inside the strategy's and precision's
+        init contexts; make it idempotent (it runs again for each ``fit``/``validate``...).
+        """
+
+    # -- data hooks ------------------------------------------------------------------------------
+
+    def prepare_data(self) -> None:
+        """Download or write data to disk; called on local rank 0 of each node only. Do not set state here."""
+
+    def train_dataloader(self) -> Any:
+        """The training dataloader, when no DataModule or dataloader is given to ``fit``."""
+        raise NotImplementedError(f"{type(self).__name__} has no train_dataloader(); define it to fit without data.")
+
+    def val_dataloader(self) -> Any:
+        """The validation dataloader(s), when no DataModule or dataloader is given."""
+        raise NotImplementedError(f"{type(self).__name__} has no val_dataloader().")
+
+    def test_dataloader(self) -> Any:
+        """The test dataloader(s), when no DataModule or dataloader is given."""
+        raise NotImplementedError(f"{type(self).__name__} has no test_dataloader().")
+
+    def predict_dataloader(self) -> Any:
+        """The predict dataloader(s), when no DataModule or dataloader is given."""
+        raise NotImplementedError(f"{type(self).__name__} has no predict_dataloader().")
+
+    def on_before_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch on the host, before it moves to the device (a DataModule's override wins)."""
+        return batch
+
+    def transfer_batch_to_device(self, batch: Any, device: torch.device, dataloader_idx: int) -> Any:
+        """Move a batch to ``device`` (default: every tensor in lists, tuples, dicts and dataclasses)."""
+        from torchplug.utilities.apply import move_to_device
+
+        return move_to_device(batch, device)
+
+    def on_after_batch_transfer(self, batch: Any, dataloader_idx: int) -> Any:
+        """Change a batch on the device, after the transfer (a DataModule's override wins)."""
+        return batch
 
     def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Add your own entries to a checkpoint being written (plain data and tensors only)."""

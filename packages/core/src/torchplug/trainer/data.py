@@ -1,18 +1,37 @@
-"""Finding a run's dataloaders, splitting them over processes, and applying the ``limit_*`` arguments."""
+"""A run's data: the dataloaders, their shards, the ``limit_*`` arguments, and each batch's way to the device."""
 
 from __future__ import annotations
 
+import functools
 import math
 import os
-from collections.abc import Iterable, Sized
-from typing import Any
+from collections.abc import Callable, Iterable, Sized
+from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
 
 from torchplug._errors import MisconfigurationError
+from torchplug.core.datamodule import DataModule
+from torchplug.core.module import Module
+from torchplug.precision.precision import Precision
+from torchplug.strategies.strategy import Strategy
+from torchplug.trainer.hooks import is_overridden
+from torchplug.trainer.states import TrainerFn
+from torchplug.utilities.apply import move_to_device
 from torchplug.utilities.rank_zero import rank_zero_warn
 
-__all__ = ["as_list", "limit_batches", "num_batches", "with_distributed_sampler"]
+if TYPE_CHECKING:
+    from torchplug.trainer.trainer import Trainer
+
+__all__ = [
+    "DataConnector",
+    "as_list",
+    "batch_transfer",
+    "check_iterable",
+    "limit_batches",
+    "num_batches",
+    "with_distributed_sampler",
+]
 
 # DataLoader arguments we carry over when rebuilding a loader with a DistributedSampler.
 _LOADER_ARGS = (
@@ -113,3 +132,148 @@ def check_iterable(loader: Any, what: str) -> Iterable[Any]:
             f"{what} is a {type(loader).__name__}, not an iterable of batches (for example a torch DataLoader)."
         )
     return loader
+
+
+def _data_hook(trainer: Trainer, name: str) -> Callable[..., Any] | None:
+    """The DataModule's override of a batch hook (it wins), else the module's, else None."""
+    datamodule = trainer.datamodule
+    if datamodule is not None and is_overridden(datamodule, name, DataModule):
+        hook: Callable[..., Any] = getattr(datamodule, name)
+        return hook
+    module = trainer.module
+    return getattr(module, name) if is_overridden(module, name, Module) else None
+
+
+def batch_transfer(trainer: Trainer, dataloader_idx: int) -> Callable[[Any], Any]:
+    """The function that brings one batch from the loader to the device, decided once per loop.
+
+    In order: the precision's ``convert_input`` (where it converts), ``on_before_batch_transfer``,
+    the move (a strategy's own ``batch_to_device``, else the module's ``transfer_batch_to_device``
+    override, else every tensor to the root device), ``on_after_batch_transfer``. Each hook runs
+    only where a DataModule or the module overrides it.
+    """
+    strategy = trainer.strategy
+    device = strategy.root_device
+    precision = strategy.precision
+    convert = (
+        precision.convert_input
+        if precision is not None and is_overridden(precision, "convert_input", Precision)
+        else None
+    )
+    before = _data_hook(trainer, "on_before_batch_transfer")
+    after = _data_hook(trainer, "on_after_batch_transfer")
+    user_move = _data_hook(trainer, "transfer_batch_to_device")
+    move: Callable[[Any], Any]
+    if is_overridden(strategy, "batch_to_device", Strategy):
+        if user_move is not None:
+            raise MisconfigurationError(
+                f"transfer_batch_to_device is overridden, but {type(strategy).__name__} moves batches itself "
+                "(it overrides batch_to_device). Hint: remove the override, or use a strategy that leaves the "
+                "transfer to the model."
+            )
+        move, convert = strategy.batch_to_device, None  # the strategy's move converts by its contract
+    elif user_move is not None:
+        move = functools.partial(_call_transfer, user_move, device, dataloader_idx)
+    else:
+        move = functools.partial(move_to_device, device=device)
+    if convert is None and before is None and after is None:
+        return move
+
+    def transfer(batch: Any) -> Any:
+        if convert is not None:
+            batch = convert(batch)
+        if before is not None:
+            batch = before(batch, dataloader_idx)
+        batch = move(batch)
+        if after is not None:
+            batch = after(batch, dataloader_idx)
+        return batch
+
+    return transfer
+
+
+def _call_transfer(hook: Callable[..., Any], device: Any, dataloader_idx: int, batch: Any) -> Any:
+    return hook(batch, device, dataloader_idx)
+
+
+_PREFIX = {TrainerFn.VALIDATING: "val", TrainerFn.TESTING: "test", TrainerFn.PREDICTING: "predict"}
+
+
+class DataConnector:
+    """Finds and prepares a run's dataloaders: from ``fit(...)`` arguments, else the DataModule, else the module.
+
+    Args:
+        trainer: The Trainer whose strategy shards and adapts the loaders.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+        self.train_loader: Any = None
+        self.num_training_batches: float = math.inf
+        self.val_loaders: list[Any] = []
+        self.num_val_batches: list[float] = []
+        self.eval_batches: dict[TrainerFn, list[float]] = {}
+
+    def prepare_data(self) -> None:
+        """Run ``prepare_data`` of the DataModule and the module on each node's local rank 0, then wait for it."""
+        trainer = self._trainer
+        strategy = trainer.strategy
+        if strategy.local_rank == 0:
+            for owner, base in ((trainer.datamodule, DataModule), (trainer.module, Module)):
+                if owner is not None and is_overridden(owner, "prepare_data", base):
+                    owner.prepare_data()
+        strategy.barrier("prepare_data")
+
+    def source(self, hook: str) -> Any:
+        """What the DataModule's (else the module's) ``hook`` returns, or None when neither defines it."""
+        trainer = self._trainer
+        for owner, base in ((trainer.datamodule, DataModule), (trainer.module, Module)):
+            if owner is not None and is_overridden(owner, hook, base):
+                return getattr(owner, hook)()
+        return None
+
+    def process(self, loader: Any, what: str, shuffle_default: bool) -> Any:
+        """Check ``loader``, give each process its shard (``use_distributed_sampler``), let the strategy adapt it."""
+        trainer = self._trainer
+        check_iterable(loader, what)
+        if trainer.use_distributed_sampler:
+            loader = with_distributed_sampler(loader, trainer.strategy.distributed_sampler_kwargs, shuffle_default)
+        return trainer.strategy.process_dataloader(loader)
+
+    def setup_fit(self, train: Any, val: Any) -> None:
+        """The training loader and, when the module can validate, the validation loaders, with their batch counts."""
+        trainer = self._trainer
+        train = train if train is not None else self.source("train_dataloader")
+        if train is None:
+            raise MisconfigurationError(
+                "fit() needs training data: pass train_dataloaders=..., a DataModule with "
+                "train_dataloader(), or define train_dataloader() on the model."
+            )
+        self.train_loader = self.process(train, "train_dataloaders", True)
+        self.num_training_batches = limit_batches(
+            num_batches(self.train_loader), trainer.limit_train_batches, "limit_train_batches"
+        )
+        self.val_loaders, self.num_val_batches = [], []
+        if not is_overridden(trainer.module, "validation_step", Module) or trainer.limit_val_batches == 0:
+            return  # no validation: its dataloader is not even requested
+        loaders = as_list(val if val is not None else self.source("val_dataloader"))
+        self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
+        self.num_val_batches = [
+            limit_batches(num_batches(v), trainer.limit_val_batches, "limit_val_batches") for v in self.val_loaders
+        ]
+
+    def setup_evaluation(self, fn: TrainerFn, dataloaders: Any) -> tuple[list[Any], list[float]]:
+        """The loaders of ``validate``, ``test`` or ``predict`` and their batch counts."""
+        trainer = self._trainer
+        prefix = _PREFIX[fn]
+        given = dataloaders if dataloaders is not None else self.source(f"{prefix}_dataloader")
+        loaders = [self.process(d, "dataloaders", False) for d in as_list(given)]
+        if not loaders:
+            raise MisconfigurationError(
+                f"trainer.{fn.value}() found no data: pass dataloaders=..., or define "
+                f"{prefix}_dataloader() on the DataModule or the model."
+            )
+        limit = getattr(trainer, f"limit_{prefix}_batches")
+        limits = [limit_batches(num_batches(d), limit, f"limit_{prefix}_batches") for d in loaders]
+        self.eval_batches[fn] = limits
+        return loaders, limits

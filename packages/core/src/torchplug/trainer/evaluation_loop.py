@@ -9,18 +9,26 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchplug._errors import MisconfigurationError
+from torchplug.precision.precision import Precision
+from torchplug.strategies.strategy import Strategy
+from torchplug.trainer.data import batch_transfer
+from torchplug.trainer.hooks import is_overridden
+from torchplug.trainer.optimization import accepts_batch_idx
 from torchplug.trainer.states import RunningStage
 
 if TYPE_CHECKING:
+    from torchplug.trainer.hooks import HookRunner
+    from torchplug.trainer.logger_connector import LoggerConnector
     from torchplug.trainer.trainer import Trainer
 
-__all__ = ["run_evaluation", "run_prediction"]
+__all__ = ["EvaluationLoop", "PredictionLoop"]
 
-# stage -> (module step, hook infix, metric store)
+# stage -> (step method, hook infix, metric store name)
 _STAGES: dict[RunningStage, tuple[str, str, str]] = {
-    RunningStage.SANITY_CHECKING: ("validation_step", "validation", "sanity_check"),
     RunningStage.VALIDATING: ("validation_step", "validation", "validate"),
     RunningStage.TESTING: ("test_step", "test", "test"),
+    RunningStage.PREDICTING: ("predict_step", "predict", "predict"),
 }
 
 
@@ -28,70 +36,151 @@ def _accepts_dataloader_idx(function: Callable[..., Any]) -> bool:
     try:
         parameters = inspect.signature(function).parameters
     except (TypeError, ValueError):
-        return False
+        return True
     return "dataloader_idx" in parameters or any(p.kind is p.VAR_POSITIONAL for p in parameters.values())
 
 
-def _grad_context(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
+def _requires_dataloader_idx(function: Callable[..., Any]) -> bool:
+    try:
+        parameter = inspect.signature(function).parameters.get("dataloader_idx")
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.default is inspect.Parameter.empty
+
+
+def grad_context(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
+    """``torch.inference_mode()`` (``Trainer(inference_mode=True)``, the default) or ``torch.no_grad()``."""
     return torch.inference_mode() if trainer.inference_mode else torch.no_grad()
 
 
-def run_evaluation(
-    trainer: Trainer,
-    stage: RunningStage,
-    loaders: list[Any],
-    limits: list[float],
-    after_batches: Callable[[], None] | None = None,
-) -> list[dict[str, float]]:
-    """Run ``validation_step`` or ``test_step`` over ``loaders``; return the epoch metrics per dataloader.
+def _step_function(trainer: Trainer, step_name: str, loaders: int) -> Callable[..., Any]:
+    """``<step>(batch, batch_idx[, dataloader_idx])`` through the strategy and precision only where they change it.
 
-    ``after_batches`` runs once every batch is done, before the epoch-end hooks (where checkpoints
-    may be written): the fit loop marks its position there, so a resume does not validate again.
+    Raises:
+        MisconfigurationError: Several dataloaders, but the step takes no ``dataloader_idx``.
     """
-    step_name, infix, store = _STAGES[stage]
-    strategy, module, results = trainer.strategy, trainer.module, trainer._results
-    run_step = getattr(strategy, step_name)
-    with_idx = len(loaders) > 1 and _accepts_dataloader_idx(getattr(module, step_name))
-    trainer.state.stage = stage
-    was_training = module.training
-    module.eval()
-    hook_prefix = "validation" if stage is RunningStage.SANITY_CHECKING else infix
-    per_loader: list[dict[str, float]] = []
-    results.set_stage(store, reset=True)
-    results.defaults = (False, True)
-    trainer._call_hooks(f"on_{hook_prefix}_start")
-    trainer._call_hooks(f"on_{hook_prefix}_epoch_start")
-    on_start = trainer._hook_list(f"on_{hook_prefix}_batch_start", (getattr(module, f"on_{hook_prefix}_batch_start"),))
-    on_end = trainer._hook_list(f"on_{hook_prefix}_batch_end", (getattr(module, f"on_{hook_prefix}_batch_end"),))
-    with _grad_context(trainer):
-        for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
-            results.suffix = f"/dataloader_idx_{loader_idx}" if len(loaders) > 1 else ""
-            extra = {"dataloader_idx": loader_idx} if with_idx else {}
-            hook_extra = (loader_idx,) if len(loaders) > 1 else ()
-            for batch_idx, batch in enumerate(loader):
-                if batch_idx >= limit:
-                    break
-                batch = strategy.batch_to_device(batch)
-                results.new_batch(batch)
-                for hook in on_start:
-                    hook(batch, batch_idx, *hook_extra)
-                outputs = run_step(batch, batch_idx, **extra)
-                for hook in on_end:
-                    hook(outputs, batch, batch_idx, *hook_extra)
-    results.suffix = ""
-    if after_batches is not None:
-        after_batches()
-    trainer._call_hooks(f"on_{hook_prefix}_epoch_end", monitoring=False)
-    results.compute_epoch(store)
-    metrics = results.epoch_metrics(store)
-    per_loader = _split_by_loader(metrics, len(loaders))
-    if stage is not RunningStage.SANITY_CHECKING:
-        trainer._log_metrics(metrics)
-    trainer._call_hooks(f"on_{hook_prefix}_epoch_end", monitoring=True)
-    trainer._call_hooks(f"on_{hook_prefix}_end")
-    if was_training:
-        module.train()
-    return per_loader
+    strategy, module = trainer.strategy, trainer.module
+    precision = strategy.precision
+    user_step = getattr(module, step_name)
+    if loaders > 1 and not _accepts_dataloader_idx(user_step):
+        raise MisconfigurationError(
+            f"{loaders} dataloaders were given, but {type(module).__name__}.{step_name} takes no dataloader_idx "
+            f"argument to tell them apart. Hint: def {step_name}(self, batch, batch_idx, dataloader_idx=0)."
+        )
+    if loaders == 1 and _requires_dataloader_idx(user_step):
+        raise MisconfigurationError(
+            f"One dataloader was given, but {type(module).__name__}.{step_name} requires a dataloader_idx argument. "
+            f"Hint: give it a default, def {step_name}(self, batch, batch_idx, dataloader_idx=0), or remove it."
+        )
+    through_strategy = is_overridden(strategy, step_name, Strategy) or (
+        precision is not None and is_overridden(precision, "forward_context", Precision)
+    )
+    step = getattr(strategy, step_name) if through_strategy else user_step
+    with_idx = accepts_batch_idx(user_step)
+    if loaders > 1:
+        return step if with_idx else (lambda batch, batch_idx, dataloader_idx: step(batch, dataloader_idx))
+    return step if with_idx else (lambda batch, batch_idx: step(batch))
+
+
+class _ModuleModes:
+    """The train/eval mode of every submodule, captured before evaluation and restored after it."""
+
+    def __init__(self) -> None:
+        self._modes: dict[torch.nn.Module, bool] = {}
+
+    def capture(self, module: torch.nn.Module) -> None:
+        self._modes = {m: m.training for m in module.modules()}
+
+    def restore(self) -> None:
+        for m, training in self._modes.items():
+            m.training = training
+        self._modes = {}
+
+
+class EvaluationLoop:
+    """Runs ``validation_step`` or ``test_step`` over dataloaders, with the hooks around them.
+
+    Args:
+        trainer: The Trainer (read through its public API).
+        hooks: Runs the callbacks' and the module's hooks.
+        logging: Receives the logged metrics.
+        stage: :attr:`RunningStage.VALIDATING` or :attr:`RunningStage.TESTING`.
+    """
+
+    def __init__(self, trainer: Trainer, hooks: HookRunner, logging: LoggerConnector, stage: RunningStage) -> None:
+        self.trainer = trainer
+        self._hooks = hooks
+        self._logging = logging
+        self.stage = stage
+        self._modes = _ModuleModes()
+
+    def run(
+        self,
+        loaders: list[Any],
+        limits: list[float],
+        sanity: bool = False,
+        after_batches: Callable[[], None] | None = None,
+    ) -> list[dict[str, float]]:
+        """Evaluate over ``loaders`` (at most ``limits`` batches each); return the epoch metrics per dataloader.
+
+        ``after_batches`` runs once every batch is done, before the epoch-end hooks (where checkpoints
+        may be written): the fit loop marks its position there, so a resume does not validate again.
+        """
+        if not sum(limits):
+            return []
+        trainer, hooks = self.trainer, self._hooks
+        step_name, infix, store = _STAGES[self.stage]
+        if sanity:
+            store = "sanity_check"
+        results = self._logging.results
+        assert results is not None
+        trainer.state.stage = RunningStage.SANITY_CHECKING if sanity else self.stage
+        step = _step_function(trainer, step_name, len(loaders))
+        results.set_stage(store, reset=True)
+        results.defaults = (False, True)
+        self._model_eval(infix)
+        hooks.call(f"on_{infix}_start")
+        hooks.call(f"on_{infix}_epoch_start")
+        on_start = hooks.batch_hooks(f"on_{infix}_batch_start")
+        on_end = hooks.batch_hooks(f"on_{infix}_batch_end")
+        several = len(loaders) > 1
+        with grad_context(trainer):
+            for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+                transfer = batch_transfer(trainer, loader_idx)
+                results.suffix = f"/dataloader_idx_{loader_idx}" if several else ""
+                extra = (loader_idx,) if several else ()
+                for batch_idx, batch in enumerate(loader):
+                    if batch_idx >= limit:
+                        break
+                    batch = transfer(batch)
+                    results.new_batch(batch)
+                    for hook in on_start:
+                        hook(batch, batch_idx, *extra)
+                    outputs = step(batch, batch_idx, *extra)
+                    for hook in on_end:
+                        hook(outputs, batch, batch_idx, *extra)
+        results.suffix = ""
+        if after_batches is not None:
+            after_batches()
+        hooks.call(f"on_{infix}_epoch_end")
+        results.compute_epoch(store)
+        metrics = results.epoch_metrics(store)
+        if not sanity:
+            self._logging.log_epoch_metrics(store, trainer.fit_loop.progress.stepped_batches)
+        hooks.call(f"on_{infix}_end")
+        self._model_train(infix)
+        return _split_by_loader(metrics, len(loaders))
+
+    def _model_eval(self, infix: str) -> None:
+        self._modes.capture(self.trainer.module)
+        self._hooks.call_module(f"on_{infix}_model_eval")
+
+    def _model_train(self, infix: str) -> None:
+        hook = self._hooks.module_hook(f"on_{infix}_model_train")
+        if hook is not None:
+            hook()
+        else:
+            self._modes.restore()
 
 
 def _split_by_loader(metrics: dict[str, float], count: int) -> list[dict[str, float]]:
@@ -105,34 +194,50 @@ def _split_by_loader(metrics: dict[str, float], count: int) -> list[dict[str, fl
     return out
 
 
-def run_prediction(trainer: Trainer, loaders: list[Any], limits: list[float], keep: bool) -> list[list[Any]]:
-    """Run ``predict_step`` over ``loaders``; return the predictions per dataloader (when ``keep``)."""
-    strategy, module = trainer.strategy, trainer.module
-    with_idx = len(loaders) > 1 and _accepts_dataloader_idx(module.predict_step)
-    trainer.state.stage = RunningStage.PREDICTING
-    module.eval()
-    trainer._call_hooks("on_predict_start")
-    trainer._call_hooks("on_predict_epoch_start")
-    on_start = trainer._hook_list("on_predict_batch_start", (module.on_predict_batch_start,))
-    on_end = trainer._hook_list("on_predict_batch_end", (module.on_predict_batch_end,))
-    predictions: list[list[Any]] = []
-    with _grad_context(trainer):
-        for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
-            extra = {"dataloader_idx": loader_idx} if with_idx else {}
-            hook_extra = (loader_idx,) if len(loaders) > 1 else ()
-            kept: list[Any] = []
-            for batch_idx, batch in enumerate(loader):
-                if batch_idx >= limit:
-                    break
-                batch = strategy.batch_to_device(batch)
-                for hook in on_start:
-                    hook(batch, batch_idx, *hook_extra)
-                output = strategy.predict_step(batch, batch_idx, **extra)
-                for hook in on_end:
-                    hook(output, batch, batch_idx, *hook_extra)
-                if keep:
-                    kept.append(output)
-            predictions.append(kept)
-    trainer._call_hooks("on_predict_epoch_end")
-    trainer._call_hooks("on_predict_end")
-    return predictions
+class PredictionLoop:
+    """Runs ``predict_step`` over dataloaders and keeps the predictions.
+
+    Args:
+        trainer: The Trainer (read through its public API).
+        hooks: Runs the callbacks' and the module's hooks.
+    """
+
+    def __init__(self, trainer: Trainer, hooks: HookRunner) -> None:
+        self.trainer = trainer
+        self._hooks = hooks
+        self._modes = _ModuleModes()
+
+    def run(self, loaders: list[Any], limits: list[float], keep: bool) -> list[list[Any]]:
+        """Predict over ``loaders``; return the predictions per dataloader (empty lists unless ``keep``)."""
+        trainer, hooks = self.trainer, self._hooks
+        trainer.state.stage = RunningStage.PREDICTING
+        step = _step_function(trainer, "predict_step", len(loaders))
+        self._modes.capture(trainer.module)
+        hooks.call_module("on_predict_model_eval")
+        hooks.call("on_predict_start")
+        hooks.call("on_predict_epoch_start")
+        on_start = hooks.batch_hooks("on_predict_batch_start")
+        on_end = hooks.batch_hooks("on_predict_batch_end")
+        several = len(loaders) > 1
+        predictions: list[list[Any]] = []
+        with grad_context(trainer):
+            for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
+                transfer = batch_transfer(trainer, loader_idx)
+                extra = (loader_idx,) if several else ()
+                kept: list[Any] = []
+                for batch_idx, batch in enumerate(loader):
+                    if batch_idx >= limit:
+                        break
+                    batch = transfer(batch)
+                    for hook in on_start:
+                        hook(batch, batch_idx, *extra)
+                    output = step(batch, batch_idx, *extra)
+                    for hook in on_end:
+                        hook(output, batch, batch_idx, *extra)
+                    if keep:
+                        kept.append(output)
+                predictions.append(kept)
+        hooks.call("on_predict_epoch_end")
+        hooks.call("on_predict_end")
+        self._modes.restore()
+        return predictions

@@ -1,8 +1,10 @@
 """The training loop: epochs of batches, validation when due, and an exact resume from any checkpoint.
 
-The per-batch path is the product's headline cost, so it is written flat: hooks that nobody
-overrides are never called, nothing is converted to a Python number, and the progress counters
-are plain attributes.
+Its semantics are Lightning 2.x's (hook order, when the optimizer steps and zeroes, when
+schedulers step, when validation runs, at which step metrics are logged); its per-batch path is
+built once per epoch from the hooks somebody overrides (see :mod:`torchplug.trainer.optimization`),
+so what nobody overrides costs nothing. The loop uses only the Trainer's public API and the
+objects it is handed.
 """
 
 from __future__ import annotations
@@ -13,27 +15,24 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from torchplug.trainer.checkpointing import gradients_of, load_gradients
+from torchplug._errors import MisconfigurationError
+from torchplug.trainer.checkpoint_connector import gradients_of, load_gradients
+from torchplug.trainer.data import batch_transfer
+from torchplug.trainer.evaluation_loop import EvaluationLoop
+from torchplug.trainer.optimization import automatic_step, manual_optimizers, manual_step
+from torchplug.trainer.schedulers import SchedulerStepper
 from torchplug.trainer.states import FitProgress, RunningStage
+from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
 
 if TYPE_CHECKING:
+    from torchplug.trainer.data import DataConnector
+    from torchplug.trainer.hooks import HookRunner
+    from torchplug.trainer.logger_connector import LoggerConnector
+    from torchplug.trainer.preemption import PreemptionWatch
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["FitLoop"]
-
-
-def _loss_of(output: Any) -> torch.Tensor | None:
-    if isinstance(output, torch.Tensor):
-        return output
-    if isinstance(output, dict):
-        return output.get("loss")
-    if output is None:
-        return None
-    raise TypeError(
-        f"training_step returned {type(output).__name__}; return the loss tensor, a dict with 'loss', "
-        "or None to skip the batch."
-    )
 
 
 def _skip(iterator: Iterator[Any], count: int) -> None:
@@ -43,34 +42,66 @@ def _skip(iterator: Iterator[Any], count: int) -> None:
         # Single-process DataLoader: skipping indices is exact and skips the loading cost.
         for _ in range(count):
             next(sampler_iter)
-        iterator._num_yielded += count  # type: ignore[attr-defined]
+        iterator._num_yielded += count  # type: ignore[attr-defined]  # torch's private counter, kept consistent
         return
     for _ in range(count):
         next(iterator)
+
+
+def _set_sampler_epoch(loader: Any, epoch: int) -> None:
+    """Let DistributedSampler and friends reshuffle per epoch: the loader's sampler and batch sampler, once each."""
+    seen: set[int] = set()
+    for sampler in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
+        set_epoch = getattr(sampler, "set_epoch", None)
+        if callable(set_epoch) and id(sampler) not in seen:
+            seen.add(id(sampler))
+            set_epoch(epoch)
 
 
 class FitLoop:
     """Runs ``fit``: epochs, batches, optimizer steps, validation, and the epoch-end work.
 
     Args:
-        trainer: The Trainer that owns the loop.
+        trainer: The Trainer that owns the loop (read through its public API).
+        hooks: Runs the callbacks' and the module's hooks.
+        logging: Sends the logged metrics to the loggers.
+        data: The run's dataloaders.
+        preemption: Watches for a scheduler's preemption notice.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(
+        self,
+        trainer: Trainer,
+        hooks: HookRunner,
+        logging: LoggerConnector,
+        data: DataConnector,
+        preemption: PreemptionWatch,
+    ) -> None:
         self.trainer = trainer
+        self._hooks = hooks
+        self._logging = logging
+        self._data = data
+        self._preemption = preemption
         self.progress = FitProgress()
+        #: The validation loop run inside ``fit``.
+        self.val_loop = EvaluationLoop(trainer, hooks, logging, RunningStage.VALIDATING)
+        #: The loss of the last training batch, as computed (not detached: use :attr:`last_loss` to read it).
+        self.raw_loss: torch.Tensor | None = None
+        #: Validate every this many batches (``inf``: at the end of each epoch of an unsized loader).
+        self.val_check_batch: float = math.inf
+        self._schedulers = SchedulerStepper(trainer, hooks)
         self._resume_rng: dict[str, Any] | None = None
         self._resume_gradients: list[torch.Tensor | None] | None = None
-        self._since_step = 0  # batches accumulated since the last optimizer step
-        self._epoch_validated = False
-        self._last_loss: torch.Tensor | None = None
+        self._pending_gradients = False  # gradients accumulated since the last optimizer step
+        self._stepped_pending = False  # the finished batch stepped; the logger's step count is not yet advanced
+        self._plateau_steps = False  # a step-interval ReduceLROnPlateau exists (decided once per epoch)
 
     # -- state ------------------------------------------------------------------------------------
 
     @property
     def last_loss(self) -> torch.Tensor | None:
         """The loss of the last training batch (detached), for the progress bar."""
-        return None if self._last_loss is None else self._last_loss.detach()
+        return None if self.raw_loss is None else self.raw_loss.detach()
 
     def restore(
         self, state: dict[str, Any], rng: dict[str, Any] | None, gradients: list[torch.Tensor | None] | None
@@ -82,7 +113,14 @@ class FitLoop:
             self._next_epoch()
         self._resume_rng = rng
         self._resume_gradients = gradients
-        self._since_step = self.progress.batches_done % self.trainer.batches_per_optimizer_step
+        self._pending_gradients = gradients is not None
+
+    def state_dict(self) -> dict[str, Any]:
+        """The loop's position for a checkpoint (plain data), as :class:`FitProgress` describes it."""
+        state = self.progress.state_dict()
+        if self._stepped_pending and self.progress.tail_done:  # written after the validation of a stepped batch
+            state["stepped_batches"] += 1
+        return state
 
     def mark_validated(self) -> None:
         """Record that the validation due after the last batch has run (a checkpoint from now on resumes past it)."""
@@ -90,9 +128,11 @@ class FitLoop:
 
     def accumulated_gradients(self) -> list[torch.Tensor | None] | None:
         """The gradients accumulated since the last optimizer step, when a checkpoint falls in the middle."""
-        if self._since_step == 0:
-            return None
-        return gradients_of(self.trainer.module)
+        return gradients_of(self.trainer.module) if self._pending_gradients else None
+
+    def count_optimizer_step(self) -> None:
+        """Count one optimizer step (manual optimization counts each ``optimizer.step()``)."""
+        self.progress.global_step += 1
 
     def _next_epoch(self) -> None:
         progress = self.progress
@@ -102,242 +142,283 @@ class FitLoop:
         progress.epoch_finished = False
         progress.epoch_rng = None
 
+    # -- validation schedule ----------------------------------------------------------------------
+
+    @property
+    def validation_enabled(self) -> bool:
+        """Whether ``fit`` validates: validation data with batches, and a module that defines ``validation_step``."""
+        return bool(self._data.val_loaders) and any(self._data.num_val_batches)
+
+    def setup_validation_schedule(self) -> None:
+        """Turn ``val_check_interval`` into a number of batches, once the training loader is known."""
+        trainer = self.trainer
+        interval, batches = trainer.val_check_interval, self._data.num_training_batches
+        if isinstance(interval, int):
+            if trainer.check_val_every_n_epoch is not None and interval > batches and self.validation_enabled:
+                raise MisconfigurationError(
+                    f"val_check_interval={interval} is more than the {batches} training batches of an epoch. "
+                    "Hint: lower it, pass check_val_every_n_epoch=None to count batches across epochs, or "
+                    "limit_val_batches=0 to turn validation off."
+                )
+            self.val_check_batch = interval
+        elif math.isinf(batches):
+            if interval != 1.0:
+                raise MisconfigurationError(
+                    f"val_check_interval={interval!r} needs a training dataloader with a length. "
+                    "Hint: give an int number of batches instead, or 1.0 for the end of the data."
+                )
+            self.val_check_batch = math.inf
+        else:
+            self.val_check_batch = max(1, int(batches * interval))
+
+    def can_stop_early(self) -> bool:
+        """Whether ``min_epochs`` and ``min_steps`` allow training to stop now."""
+        trainer, progress = self.trainer, self.progress
+        enough_epochs = progress.epoch >= (trainer.min_epochs or 0)
+        enough_steps = trainer.min_steps is None or progress.global_step >= trainer.min_steps
+        return enough_epochs and enough_steps
+
+    def should_validate(self, batch_idx: int, is_last: bool) -> bool:
+        """Whether validation runs after batch ``batch_idx`` of this epoch."""
+        trainer = self.trainer
+        every = trainer.check_val_every_n_epoch
+        if every is not None and (self.progress.epoch + 1) % every:
+            return False
+        check = self.val_check_batch
+        if math.isinf(check):
+            return is_last
+        if trainer.should_stop and self.can_stop_early():
+            return True
+        count = batch_idx if every is not None else self.progress.total_batches - 1
+        return (count + 1) % check == 0
+
+    def run_validation(self) -> None:
+        """Run the validation loop inside ``fit``, then go back to training."""
+        trainer = self.trainer
+        self.val_loop.run(self._data.val_loaders, self._data.num_val_batches, after_batches=self.mark_validated)
+        trainer.state.stage = RunningStage.TRAINING
+        assert self._logging.results is not None
+        self._logging.results.set_stage("train", reset=False)
+
+    def sanity_check(self) -> None:
+        """Run a few validation batches before training, to find bugs in ``validation_step`` early."""
+        trainer = self.trainer
+        steps = trainer.num_sanity_val_steps
+        if not steps or not self.validation_enabled or self.progress.global_step:
+            return
+        limits = [n if steps == -1 else min(steps, n) for n in self._data.num_val_batches]
+        trainer.state.stage = RunningStage.SANITY_CHECKING
+        for hook in self._hooks.callbacks("on_sanity_check_start"):
+            hook()
+        self.val_loop.run(self._data.val_loaders, limits, sanity=True)
+        assert self._logging.results is not None
+        self._logging.results.drop_stage("sanity_check")
+        self._logging.reset_metrics()  # the sanity check's values reach no logger and no later callback
+        for hook in self._hooks.callbacks("on_sanity_check_end"):
+            hook()
+        trainer.state.stage = None
+
     # -- the loop ---------------------------------------------------------------------------------
 
     def done(self) -> bool:
         """Whether training should end now (max_steps, max_epochs, or a stop request past the minimums)."""
-        t, p = self.trainer, self.progress
-        if t.max_steps != -1 and p.global_step >= t.max_steps:
+        trainer, progress = self.trainer, self.progress
+        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
             return True
-        if t.max_epochs is not None and t.max_epochs != -1 and p.epoch >= t.max_epochs:
+        if trainer.max_epochs is not None and trainer.max_epochs != -1 and progress.epoch >= trainer.max_epochs:
             return True
-        if t.should_stop:
-            enough_epochs = t.min_epochs is None or p.epoch >= t.min_epochs
-            enough_steps = t.min_steps is None or p.global_step >= t.min_steps
-            return enough_epochs and enough_steps
-        return False
+        return trainer.should_stop and self.can_stop_early()
 
     def run(self) -> None:
         """Train until :meth:`done`."""
-        t = self.trainer
-        t._call_hooks("on_train_start")
-        while not self.done():
+        trainer = self.trainer
+        if self._data.num_training_batches == 0:
+            rank_zero_info("fit() stopped: no training batches (limit_train_batches=0 or an empty loader).")
+            return
+        if self.done():
+            return
+        self._warn_if_eval_mode()
+        if not trainer.module.automatic_optimization:
+            trainer.module._step_optimizers = manual_optimizers(trainer, self)
+        self._hooks.call("on_train_start")
+        while not self.done() and not self._preemption.preempted:
             self.run_epoch()
-            if t._stop_now:
-                break
-        t._call_hooks("on_train_end")
+        self._hooks.call("on_train_end")
+
+    def _warn_if_eval_mode(self) -> None:
+        in_eval = [name or "(the module)" for name, m in self.trainer.module.named_modules() if not m.training]
+        if in_eval:
+            rank_zero_warn(
+                f"{len(in_eval)} module(s) are in eval mode at the start of training ({', '.join(in_eval[:5])}"
+                f"{', ...' if len(in_eval) > 5 else ''}): dropout and batch norm behave as in evaluation. If this "
+                "is not intended, call model.train() before fit()."
+            )
 
     def run_epoch(self) -> None:
-        """One epoch (or the rest of one, when resuming), then the epoch-end work."""
-        t, p = self.trainer, self.progress
-        t.state.stage = RunningStage.TRAINING
-        resuming = p.batches_done > 0
-        t._results.set_stage("train", reset=not resuming)
-        t.module.train()
-        self._epoch_validated = False
-        t._call_hooks("on_train_epoch_start")
+        """One epoch (or the rest of one, when resuming), then the epoch-end work (unless preempted)."""
+        trainer, progress = self.trainer, self.progress
+        trainer.state.stage = RunningStage.TRAINING
+        resuming = progress.batches_done > 0
+        assert self._logging.results is not None
+        self._logging.results.set_stage("train", reset=not resuming)
         iterator = self._epoch_iterator()
-        if resuming and not p.tail_done and self._tail(p.batches_done - 1, p.batches_done >= t.num_training_batches):
-            return
-        self._run_batches(iterator)
-        if not t._stop_now:
+        self._plateau_steps = self._schedulers.has_plateau_step_interval
+        stop = False
+        if not resuming:
+            self._hooks.call("on_train_epoch_start")
+        elif not progress.tail_done:  # the checkpoint was written before the last batch's validation
+            is_last = progress.batches_done >= self._data.num_training_batches
+            stop = self._after_batch(progress.batches_done - 1, is_last, not self._pending_gradients, resumed=True)
+        if not stop:
+            self._run_batches(iterator)
+        if not self._preemption.preempted:
             self._epoch_end()
 
     def _epoch_iterator(self) -> Iterator[Any]:
-        t, p = self.trainer, self.progress
-        loader = t._train_loader
-        if p.epoch_rng is None:
+        progress = self.progress
+        loader = self._data.train_loader
+        if progress.epoch_rng is None:
             if self._resume_rng is not None:  # resuming at an epoch boundary
                 restore_rng_states(self._resume_rng)
                 self._resume_rng = None
-            p.epoch_rng = capture_rng_states()
+            progress.epoch_rng = capture_rng_states()
         else:
-            restore_rng_states(p.epoch_rng)
-        set_epoch = getattr(getattr(loader, "sampler", None), "set_epoch", None)
-        if callable(set_epoch):  # DistributedSampler and friends reshuffle per epoch
-            set_epoch(p.epoch)
+            restore_rng_states(progress.epoch_rng)
+        _set_sampler_epoch(loader, progress.epoch)
         iterator: Iterator[Any] = iter(loader)
-        if p.batches_done:
-            _skip(iterator, p.batches_done)
+        if progress.batches_done:
+            _skip(iterator, progress.batches_done)
         if self._resume_rng is not None:
             restore_rng_states(self._resume_rng)
             self._resume_rng = None
         if self._resume_gradients is not None:
-            load_gradients(t.module, self._resume_gradients)
+            load_gradients(self.trainer.module, self._resume_gradients)
             self._resume_gradients = None
         return iterator
 
     def _run_batches(self, iterator: Iterator[Any]) -> None:
-        t, p = self.trainer, self.progress
-        limit = t.num_training_batches
-        batch_idx = p.batches_done
-        step = self._batch_step()
-        tail = self._tail_step()
+        """Run the epoch's remaining batches, until the data ends, the limit, -1 from a hook, or a stop."""
+        progress = self.progress
+        limit = self._data.num_training_batches
+        batch_idx = progress.batches_done
+        run_batch = self._batch_function()
+        sized = not math.isinf(limit)
+        pending: Any = _NOTHING
         while batch_idx < limit:
-            try:
-                batch = next(iterator)
-            except StopIteration:
-                break
-            is_last = batch_idx + 1 >= limit
-            if step(batch, batch_idx, is_last) is False:
-                break  # on_train_batch_start returned -1: end the epoch now
-            batch_idx += 1
-            if tail(batch_idx - 1, is_last):
+            if pending is _NOTHING:
+                try:
+                    batch = next(iterator)
+                except StopIteration:
+                    return
+            else:
+                batch, pending = pending, _NOTHING
+            if sized:
+                is_last = batch_idx + 1 >= limit
+            else:  # look one batch ahead, to know the last batch of an unsized loader
+                try:
+                    pending = next(iterator)
+                    is_last = False
+                except StopIteration:
+                    is_last = True
+            should_step = run_batch(batch, batch_idx, is_last)
+            if should_step is None:  # on_train_batch_start returned -1: the epoch ends now
                 return
+            if self._after_batch(batch_idx, is_last, should_step, resumed=False):
+                return
+            batch_idx += 1
 
-    def _batch_step(self) -> Callable[[Any, int, bool], bool | None]:
+    def _batch_function(self) -> Callable[[Any, int, bool], bool | None]:
         """Build the per-batch function once per epoch, binding only the hooks somebody overrides."""
-        t, p = self.trainer, self.progress
-        module = t.module
-        results = t._results
-        accumulate = t.batches_per_optimizer_step
-        on_start = t._hook_list("on_train_batch_start", (module.on_train_batch_start,))
-        on_end = t._hook_list("on_train_batch_end", (module.on_train_batch_end,))
-        batch_to_device = t.strategy.batch_to_device
-        train_step = self._automatic_step() if module.automatic_optimization else self._manual_step
+        trainer, progress, hooks = self.trainer, self.progress, self._hooks
+        results = self._logging.results
+        assert results is not None
+        transfer = batch_transfer(trainer, 0)
+        callbacks_start = hooks.callbacks("on_train_batch_start")
+        module_start = hooks.module_hook("on_train_batch_start")
+        on_end = hooks.batch_hooks("on_train_batch_end")
+        automatic = trainer.module.automatic_optimization
+        train_step = automatic_step(trainer, self, hooks) if automatic else manual_step(trainer, self, hooks)
+        accumulate = trainer.batches_per_optimizer_step if automatic else 1
+        schedulers = self._schedulers
+        step_schedulers = automatic and schedulers.has_step_interval
+        epoch_schedulers = automatic and schedulers.has_epoch_interval
 
-        def step(batch: Any, batch_idx: int, is_last: bool) -> bool | None:
-            batch = batch_to_device(batch)
+        def run_batch(batch: Any, batch_idx: int, is_last: bool) -> bool | None:
+            batch = transfer(batch)
             results.new_batch(batch)
-            results.defaults = (True, False)
-            for hook in on_start:
-                if hook(batch, batch_idx) == -1:
-                    return False
-            self._since_step += 1
-            should_step = self._since_step >= accumulate or is_last
+            results.defaults = _TRAIN_DEFAULTS
+            for hook in callbacks_start:
+                hook(batch, batch_idx)
+            if module_start is not None and module_start(batch, batch_idx) == -1:
+                return None
+            should_step = accumulate == 1 or is_last or (batch_idx + 1) % accumulate == 0
             outputs = train_step(batch, batch_idx, should_step)
-            p.batches_done = batch_idx + 1
-            p.total_batches += 1
-            p.tail_done = False
+            self._pending_gradients = not should_step
+            progress.batches_done = batch_idx + 1
+            progress.total_batches += 1
+            progress.tail_done = False
+            if step_schedulers and should_step:
+                schedulers.step("step", batch_idx, plateau=False)
+            if epoch_schedulers and is_last:
+                schedulers.step("epoch", batch_idx, plateau=False)
             for hook in on_end:
                 hook(outputs, batch, batch_idx)
-            results.defaults = (False, True)
-            return None
+            results.defaults = _EVAL_DEFAULTS
+            return should_step
 
-        return step
+        return run_batch
 
-    def _automatic_step(self) -> Callable[[Any, int, bool], Any]:
-        """Build the function that runs one batch's forward, backward and (when due) optimizer step."""
-        t = self.trainer
-        strategy, module = t.strategy, t.module
-        optimizer = t.optimizers[0]
-        accumulate = t.batches_per_optimizer_step
-        clip_val, clip_algorithm = t.gradient_clip_val, t.gradient_clip_algorithm
-        before_backward = t._hook_list("on_before_backward", (module.on_before_backward,))
-        after_backward = t._hook_list("on_after_backward", (module.on_after_backward,))
-        before_step = t._hook_list("on_before_optimizer_step", (module.on_before_optimizer_step,))
-        after_step = self._after_optimizer_step
-        training_step, backward, optimizer_step = strategy.training_step, strategy.backward, strategy.optimizer_step
+    def _after_batch(self, batch_idx: int, is_last: bool, should_step: bool, resumed: bool) -> bool:
+        """Work after a finished batch: logging, validation when due, plateau schedulers, preemption, stop checks.
 
-        def run(batch: Any, batch_idx: int, should_step: bool) -> Any:
-            outputs: list[Any] = [None]
-
-            def closure() -> torch.Tensor | None:
-                output = outputs[0] = training_step(batch, batch_idx)
-                loss = _loss_of(output)
-                if loss is None:
-                    return None
-                for hook in before_backward:
-                    hook(loss)
-                backward(loss / accumulate if accumulate > 1 else loss, optimizer)
-                for hook in after_backward:
-                    hook()
-                self._last_loss = loss  # detached only when read: one op less per step
-                return loss
-
-            if not should_step:
-                with strategy.no_backward_sync(True):
-                    closure()
-                return outputs[0]
-
-            def step_closure() -> torch.Tensor | None:
-                loss = closure()
-                if clip_val:
-                    strategy.clip_gradients(optimizer, clip_val, clip_algorithm)
-                for hook in before_step:
-                    hook(optimizer)
-                return loss
-
-            optimizer_step(optimizer, step_closure)
-            if outputs[0] is None or _loss_of(outputs[0]) is None:  # training_step skipped this batch
-                self._since_step = 0
-                optimizer.zero_grad(set_to_none=True)
-                return outputs[0]
-            after_step(optimizer)
-            return outputs[0]
-
-        return run
-
-    def _after_optimizer_step(self, optimizer: torch.optim.Optimizer) -> None:
-        t = self.trainer
-        for hook in t._hook_list("on_before_zero_grad", (t.module.on_before_zero_grad,)):
-            hook(optimizer)
-        optimizer.zero_grad(set_to_none=True)
-        self._since_step = 0
-        self.progress.global_step += 1
-        if t._step_schedulers:
-            t._update_schedulers("step")
-
-    def _manual_step(self, batch: Any, batch_idx: int, should_step: bool) -> Any:
-        output = self.trainer.strategy.training_step(batch, batch_idx)
-        loss = _loss_of(output) if isinstance(output, (torch.Tensor, dict)) else None
-        if loss is not None:
-            self._last_loss = loss.detach()
-        self._since_step = 0
-        return output
-
-    # -- between batches ----------------------------------------------------------------------------
-
-    def _tail_step(self) -> Callable[[int, bool], bool]:
-        """Build :meth:`_tail` for this epoch, with what cannot change during it looked up once."""
-        t = self.trainer
-        has_loggers = bool(t._loggers)
-        may_validate = bool(t._val_loaders) and any(t.num_val_batches)
-
-        def tail(batch_idx: int, is_last: bool) -> bool:
-            return self._tail(batch_idx, is_last, has_loggers, may_validate)
-
-        return tail
-
-    def _tail(self, batch_idx: int, is_last: bool, has_loggers: bool = True, may_validate: bool = True) -> bool:
-        """Work after a finished batch: logging, validation when due, preemption, stop checks.
-
-        Returns True when training must stop now.
+        ``resumed``: this is the end of a batch that finished before the checkpoint a run resumed from
+        (its step metrics were never kept, so they are not logged). Returns True when training must stop now.
         """
-        t, p = self.trainer, self.progress
-        if has_loggers and t._loggers and p.global_step % t.log_every_n_steps == 0:
-            t._log_step_metrics()
-        if may_validate and t._should_validate(p.batches_done, is_last):
-            t._run_validation()
-            if is_last:
-                self._epoch_validated = True
-        p.tail_done = True
-        if t._watch_preemption and self._since_step == 0 and t._preemption_requested():
-            t._handle_preemption()
+        trainer, progress, logging = self.trainer, self.progress, self._logging
+        self._stepped_pending = should_step
+        due = (progress.stepped_batches + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
+        if due and should_step and not resumed and logging.loggers:
+            logging.log_step_metrics(progress.stepped_batches)
+        if self.validation_enabled and self.should_validate(batch_idx, is_last):
+            if should_step:
+                self._hooks.call_module("on_validation_model_zero_grad")
+            self.run_validation()
+        if should_step and self._plateau_steps:
+            self._schedulers.step("step", batch_idx, plateau=True)
+        if self._stepped_pending:
+            progress.stepped_batches += 1
+            self._stepped_pending = False
+        progress.tail_done = True
+        if self._preemption.active and not self._pending_gradients and self._preemption.requested():
+            self._preemption.handle()
             return True
-        if t.max_steps != -1 and p.global_step >= t.max_steps:
+        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
             return True
-        return t.should_stop and self.done()
+        return trainer.should_stop and self.can_stop_early()
 
     def _epoch_end(self) -> None:
-        t, p = self.trainer, self.progress
-        if self._since_step:  # a loader without a length ended mid-accumulation: step what we have
-            optimizer = t.optimizers[0] if t.module.automatic_optimization else None
-            if optimizer is not None:
-                t.strategy.optimizer_step(optimizer, None)
-                self._after_optimizer_step(optimizer)
-        if (
-            not self._epoch_validated
-            and t._should_validate(p.batches_done, True)
-            and math.isinf(t.num_training_batches)
-        ):
-            t._run_validation()
-        t.state.stage = RunningStage.TRAINING
-        t._results.set_stage("train", reset=False)
-        t._call_hooks("on_train_epoch_end", monitoring=False)
-        t._results.compute_epoch("train")
-        t._log_epoch_metrics("train")
-        t._update_schedulers("epoch")
-        p.epoch_finished = True
-        t._call_hooks("on_train_epoch_end", monitoring=True)
+        """The epoch-end hooks, metrics and plateau schedulers.
+
+        The monitoring callbacks (checkpoints) run last, once the epoch is marked finished: a checkpoint
+        they write resumes in the next epoch, with all of this done.
+        """
+        trainer, progress = self.trainer, self.progress
+        results = self._logging.results
+        assert results is not None
+        trainer.state.stage = RunningStage.TRAINING
+        results.set_stage("train", reset=False)
+        results.defaults = _EVAL_DEFAULTS
+        self._hooks.call("on_train_epoch_end", monitoring=False)
+        results.compute_epoch("train")
+        if self._schedulers.has_plateau_epoch_interval:
+            self._schedulers.step("epoch", progress.batches_done - 1, plateau=True)
+        self._logging.log_epoch_metrics("train", max(progress.stepped_batches - 1, 0))
+        progress.epoch_finished = True
+        self._hooks.call("on_train_epoch_end", monitoring=True)
         self._next_epoch()
+
+
+_NOTHING: Any = object()
+#: ``self.log``'s defaults of ``on_step``/``on_epoch`` inside training batches, and everywhere else.
+_TRAIN_DEFAULTS = (True, False)
+_EVAL_DEFAULTS = (False, True)

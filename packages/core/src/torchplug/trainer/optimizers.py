@@ -4,14 +4,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 from torch.optim import Optimizer
 
 from torchplug._errors import MisconfigurationError
 
-__all__ = ["LRSchedulerConfig", "parse_optimizers"]
+if TYPE_CHECKING:
+    from torchplug.trainer.trainer import Trainer
+
+__all__ = ["LRSchedulerConfig", "configure_optimizers", "parse_optimizers"]
 
 _SCHEDULER_KEYS: Final = {"scheduler", "name", "interval", "frequency", "monitor", "strict"}
 
@@ -115,3 +118,22 @@ def _scheduler_config(value: Any) -> LRSchedulerConfig:
             "{'scheduler': sched, 'monitor': 'val_loss'}}."
         )
     return config
+
+
+def configure_optimizers(trainer: Trainer) -> list[Optimizer]:
+    """Call the module's ``configure_optimizers`` and keep the result on the Trainer (``trainer.optimizers``...).
+
+    The strategy calls this once the parameters are in their final form (moved, sharded).
+
+    Raises:
+        MisconfigurationError: The return value has none of the accepted forms, or automatic
+            optimization got several optimizers.
+    """
+    module = trainer.module
+    trainer.optimizers, trainer.lr_scheduler_configs = parse_optimizers(module.configure_optimizers())
+    if module.automatic_optimization and len(trainer.optimizers) > 1:
+        raise MisconfigurationError(
+            f"configure_optimizers() returned {len(trainer.optimizers)} optimizers; automatic optimization steps "
+            "one. Hint: set self.automatic_optimization = False and step them in training_step."
+        )
+    return trainer.optimizers

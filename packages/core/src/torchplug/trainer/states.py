@@ -64,6 +64,8 @@ class FitProgress:
         epoch_rng: The random states captured right before this epoch's dataloader iterator was
             created, so a resumed run recreates the same shuffling.
         total_batches: Training batches finished over all epochs.
+        stepped_batches: Training batches that ended with an optimizer step, over all epochs: the step at
+            which metrics are logged (Lightning's ``_batches_that_stepped``).
         should_stop: Whether a callback (EarlyStopping) asked training to stop.
     """
 
@@ -74,6 +76,7 @@ class FitProgress:
     epoch_finished: bool = False
     epoch_rng: dict[str, Any] | None = field(default=None, repr=False)
     total_batches: int = 0
+    stepped_batches: int = 0
     should_stop: bool = False
 
     def state_dict(self) -> dict[str, Any]:

@@ -171,6 +171,6 @@ def restore_results(trainer: Any, results: dict[str, Any]) -> None:
     for callback in trainer.callbacks:
         if callback.state_key in results["callbacks"]:
             callback.load_state_dict(results["callbacks"][callback.state_key])
-    trainer._recovered_metrics = results["callback_metrics"]
-    trainer._logged_metrics = dict(results["logged_metrics"])
+    trainer.callback_metrics.update({k: torch.tensor(v) for k, v in results["callback_metrics"].items()})
+    trainer.logged_metrics.update(results["logged_metrics"])
     trainer.should_stop = results["should_stop"]

@@ -1,0 +1,115 @@
+"""Checking the Trainer's loop arguments at construction: a bad value is an error naming it, never a default.
+
+Each check returns the value normalised (``fast_dev_run=True`` becomes 1, ``gradient_clip_algorithm=None``
+becomes ``"norm"``) or raises :class:`MisconfigurationError` quoting the argument, the value given
+and what is allowed.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from torchplug._errors import MisconfigurationError
+
+__all__ = [
+    "check_bool",
+    "check_clip_algorithm",
+    "check_clip_val",
+    "check_fast_dev_run",
+    "check_int",
+    "check_limit",
+    "check_val_check_interval",
+]
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def check_int(name: str, value: Any, minimum: int, allow: tuple[Any, ...] = (), expected: str = "") -> Any:
+    """An int of at least ``minimum``, or one of the ``allow`` values (None, -1...).
+
+    ``expected`` replaces the description of the valid values in the error message.
+    """
+    if any(value is a or (a is not None and _is_int(value) and value == a) for a in allow):
+        return value
+    if not _is_int(value) or value < minimum:
+        if not expected:
+            expected = "give a positive int" if minimum == 1 else f"give an int >= {minimum}"
+            expected += f" or one of {allow}" if allow else ""
+            raise MisconfigurationError(f"{name}={value!r} is not valid: {expected}.")
+        raise MisconfigurationError(f"{name}={value!r}: {expected}.")
+    return value
+
+
+def check_bool(name: str, value: Any, allow: tuple[Any, ...] = ()) -> Any:
+    """True or False (or one of ``allow``: None leaves the setting as it is)."""
+    if isinstance(value, bool) or any(value is a or (isinstance(a, str) and value == a) for a in allow):
+        return value
+    named = [repr(a) for a in allow if a is not None]
+    choices = "True, False" + (f" or {' or '.join(named)}" if named else "")
+    raise MisconfigurationError(f"{name}={value!r}: choose {choices}.")
+
+
+def check_fast_dev_run(value: Any) -> int:
+    """``fast_dev_run``: True (one batch), False (off), or a positive int of batches."""
+    if isinstance(value, bool):
+        return int(value)
+    if _is_int(value) and value >= 0:
+        return int(value)
+    raise MisconfigurationError(
+        f"fast_dev_run={value!r} is not valid: give True, False or a positive int (the number of batches)."
+    )
+
+
+def check_limit(name: str, value: Any) -> int | float | None:
+    """``limit_*_batches``: None, an int count of batches, or a float fraction in [0.0, 1.0]."""
+    if value is None or (_is_int(value) and value >= 0):
+        return value  # type: ignore[no-any-return]  # an int, narrowed by _is_int
+    if isinstance(value, float) and 0.0 <= value <= 1.0:
+        return value
+    if isinstance(value, float) and value > 1.0:
+        raise MisconfigurationError(f"{name}={value!r}: a float is a fraction of the batches, at most 1.0.")
+    raise MisconfigurationError(f"{name}={value!r}: give an int (batches) or a float between 0.0 and 1.0.")
+
+
+def check_val_check_interval(value: Any) -> int | float:
+    """``val_check_interval``: a float fraction of an epoch in (0.0, 1.0], or a positive int of batches."""
+    if value is None:
+        return 1.0
+    if isinstance(value, float) and 0.0 < value <= 1.0:
+        return value
+    if _is_int(value) and value >= 1:
+        return int(value)
+    raise MisconfigurationError(
+        f"val_check_interval={value!r} is not valid: give a float fraction of an epoch in (0.0, 1.0] or a positive "
+        "int number of training batches."
+    )
+
+
+def check_clip_val(value: Any) -> float | None:
+    """``gradient_clip_val``: None or 0 (no clipping), or a positive, finite number."""
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise MisconfigurationError(
+            f"gradient_clip_val={value!r} is not valid: give a positive number, or None (or 0) for no clipping."
+        )
+    if value == 0:
+        return None
+    if not (math.isfinite(value) and value > 0):
+        raise MisconfigurationError(
+            f"gradient_clip_val={value!r} is not valid: a clipping threshold must be a positive, finite number "
+            "(a negative one would reverse the gradients, NaN would poison the weights)."
+        )
+    return float(value)
+
+
+def check_clip_algorithm(value: Any) -> str:
+    """``gradient_clip_algorithm``: ``"norm"`` (default when None) or ``"value"``."""
+    if value is None:
+        return "norm"
+    if isinstance(value, str) and value.lower() in ("norm", "value"):
+        return value.lower()
+    raise MisconfigurationError(f"gradient_clip_algorithm={value!r}: choose 'norm' or 'value'.")

@@ -1,0 +1,82 @@
+"""Building the Trainer's callback list: the user's, the defaults, the model's own, in a fixed order."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from torchplug._errors import MisconfigurationError
+from torchplug.callbacks.callback import Callback
+from torchplug.utilities.rank_zero import rank_zero_info
+
+if TYPE_CHECKING:
+    from torchplug.core.module import Module
+
+__all__ = ["attach_model_callbacks", "build_callbacks", "ordered"]
+
+
+def _as_callbacks(callbacks: Callback | Iterable[Callback] | None, what: str) -> list[Callback]:
+    given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
+    for callback in given:
+        if not isinstance(callback, Callback):
+            raise MisconfigurationError(f"{what} holds {callback!r}, which is not a torchplug Callback.")
+    return given
+
+
+def build_callbacks(
+    callbacks: Callback | Iterable[Callback] | None,
+    enable_checkpointing: bool | None,
+    enable_progress_bar: bool | None,
+    fast_dev_run: int,
+) -> list[Callback]:
+    """The Trainer's callbacks: those given, plus a ModelCheckpoint and a progress bar unless disabled.
+
+    Raises:
+        MisconfigurationError: A non-callback in the list, or a callback that a ``False`` flag forbids.
+    """
+    from torchplug.callbacks.model_checkpoint import ModelCheckpoint
+    from torchplug.callbacks.progress import ProgressBar
+
+    given = _as_callbacks(callbacks, "callbacks=")
+    if enable_checkpointing is False and any(isinstance(c, ModelCheckpoint) for c in given):
+        raise MisconfigurationError(
+            "enable_checkpointing=False, but callbacks= holds a ModelCheckpoint. Remove one of them."
+        )
+    if enable_progress_bar is False and any(isinstance(c, ProgressBar) for c in given):
+        raise MisconfigurationError(
+            "enable_progress_bar=False, but callbacks= holds a ProgressBar. Remove one of them."
+        )
+    has_checkpoint = any(isinstance(c, ModelCheckpoint) for c in given)
+    if enable_checkpointing is not False and not fast_dev_run and not has_checkpoint:
+        given.append(ModelCheckpoint())
+    if enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in given):
+        given.append(ProgressBar())
+    return ordered(given)
+
+
+def attach_model_callbacks(callbacks: list[Callback], module: Module) -> list[Callback]:
+    """Add the module's ``configure_callbacks()``: each replaces the Trainer's callbacks of its type.
+
+    Returns the new, ordered list (the Trainer's list is not changed in place).
+    """
+    model_callbacks = _as_callbacks(module.configure_callbacks(), f"{type(module).__name__}.configure_callbacks()")
+    if not model_callbacks:
+        return callbacks
+    types = {type(c) for c in model_callbacks}
+    replaced = sorted({type(c).__name__ for c in callbacks if type(c) in types})
+    if replaced:
+        rank_zero_info(
+            "The model's configure_callbacks() replaces the Trainer's callbacks of type %s.", ", ".join(replaced)
+        )
+    kept = [c for c in callbacks if type(c) not in types]
+    return ordered(kept + model_callbacks)
+
+
+def ordered(callbacks: list[Any]) -> list[Any]:
+    """Metric-monitoring callbacks (checkpointing, early stopping) run after the others; checkpoints last."""
+    from torchplug.callbacks.model_checkpoint import ModelCheckpoint
+
+    others = [c for c in callbacks if not getattr(c, "monitors_metrics", False)]
+    monitors = [c for c in callbacks if getattr(c, "monitors_metrics", False) and not isinstance(c, ModelCheckpoint)]
+    checkpoints = [c for c in callbacks if isinstance(c, ModelCheckpoint)]
+    return others + monitors + checkpoints

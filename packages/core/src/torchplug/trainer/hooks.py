@@ -1,0 +1,106 @@
+"""Calling the hooks of the callbacks and the module: found by override, bound once per run.
+
+A hook runs only where somebody overrides it. Overrides are found by comparing the class
+attribute with the base class's (:func:`is_overridden`), never by a bound method's ``__name__``,
+so a hook wrapped by a decorator without ``functools.wraps`` still runs. The lists the loops
+call per batch are built once per run and handed to them; a hook nobody overrides costs nothing.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from torchplug.callbacks.callback import Callback
+from torchplug.core.datamodule import DataModule
+from torchplug.core.module import Module
+
+if TYPE_CHECKING:
+    from torchplug.trainer.trainer import Trainer
+
+__all__ = ["HookRunner", "is_overridden"]
+
+Hook = Callable[..., Any]
+
+
+def is_overridden(obj: object, name: str, base: type) -> bool:
+    """Whether ``obj`` (an instance) overrides ``base``'s method ``name``, or sets it on the instance.
+
+    The class attribute is compared with the base class's, so wrapping the override in a
+    decorator (with or without ``functools.wraps``) keeps it an override.
+    """
+    if name in getattr(obj, "__dict__", {}):
+        return True
+    return getattr(type(obj), name, None) is not getattr(base, name, None)
+
+
+class HookRunner:
+    """Runs hooks in the order every loop uses: callbacks first, then the module.
+
+    Callbacks that monitor metrics (``ModelCheckpoint``, ``EarlyStopping``) can be run apart from
+    the others (``monitoring=True``/``False``), so that the epoch-end hooks of the module run
+    between the two groups and checkpoints see what the module logged.
+
+    Args:
+        trainer: The Trainer whose callbacks and module the hooks belong to.
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+        self._cache: dict[tuple[str, bool | None], list[Hook]] = {}
+
+    def reset(self) -> None:
+        """Forget the bound lists (at the start of a run: the module or the callbacks may have changed)."""
+        self._cache.clear()
+
+    def callbacks(self, name: str, monitoring: bool | None = None) -> list[Hook]:
+        """The bound ``name`` hooks of the callbacks that override it (each takes the hook's own arguments).
+
+        Args:
+            name: The hook, for example ``"on_train_batch_end"``.
+            monitoring: True: only the metric-monitoring callbacks; False: only the others; None: all.
+        """
+        key = (name, monitoring)
+        hooks = self._cache.get(key)
+        if hooks is None:
+            trainer = self._trainer
+            hooks = self._cache[key] = [
+                functools.partial(getattr(callback, name), trainer, trainer.module)
+                for callback in trainer.callbacks
+                if is_overridden(callback, name, Callback)
+                and (monitoring is None or getattr(callback, "monitors_metrics", False) is monitoring)
+            ]
+        return hooks
+
+    def module_hook(self, name: str) -> Hook | None:
+        """The module's bound ``name`` hook when the module overrides it, else None."""
+        module = self._trainer.module
+        return getattr(module, name) if is_overridden(module, name, Module) else None
+
+    def datamodule_hook(self, name: str) -> Hook | None:
+        """The datamodule's bound ``name`` hook when there is a datamodule and it overrides it, else None."""
+        datamodule = self._trainer.datamodule
+        if datamodule is None or not is_overridden(datamodule, name, DataModule):
+            return None
+        hook: Hook = getattr(datamodule, name)
+        return hook
+
+    def batch_hooks(self, name: str) -> list[Hook]:
+        """The callbacks' then the module's ``name`` hooks, for a loop to call per batch with the hook's arguments."""
+        module_hook = self.module_hook(name)
+        hooks = self.callbacks(name)
+        return [*hooks, module_hook] if module_hook is not None else hooks
+
+    def call(self, name: str, *args: Any, monitoring: bool | None = None) -> None:
+        """Run ``name`` on the callbacks, then on the module (the module runs with the non-monitoring group)."""
+        for hook in self.callbacks(name, monitoring):
+            hook(*args)
+        if monitoring is not True:
+            module_hook = self.module_hook(name)
+            if module_hook is not None:
+                module_hook(*args)
+
+    def call_module(self, name: str, *args: Any) -> Any:
+        """Run the module's ``name`` hook (its default when not overridden) and return its result."""
+        return getattr(self._trainer.module, name)(*args)

@@ -1,0 +1,121 @@
+"""Metric logging: what ``self.log`` recorded, sent to the loggers at the right steps, from rank 0 only."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchplug.trainer.metrics import MetricStore
+
+if TYPE_CHECKING:
+    from torchplug.loggers.logger import Logger
+    from torchplug.trainer.trainer import Trainer
+
+__all__ = ["LoggerConnector"]
+
+
+class LoggerConnector:
+    """Owns a run's :class:`MetricStore` and sends its values to the Trainer's loggers.
+
+    Args:
+        trainer: The Trainer whose loggers receive the metrics (``trainer.loggers``).
+    """
+
+    def __init__(self, trainer: Trainer) -> None:
+        self._trainer = trainer
+        #: The metrics of the run in progress (None before the first run).
+        self.results: MetricStore | None = None
+        self._logged: dict[str, Any] = {}
+        self._callback: dict[str, torch.Tensor] = {}
+
+    # -- run life cycle ---------------------------------------------------------------------------
+
+    def reset_results(self) -> MetricStore:
+        """Start a new run's metric store (every process; ``sync_dist`` reduces through the strategy)."""
+        self.results = MetricStore(self._trainer.strategy.reduce)
+        self._callback, self._logged = {}, {}
+        return self.results
+
+    def reset_metrics(self) -> None:
+        """Forget the values read so far (``callback_metrics``, ``logged_metrics``), as after the sanity check."""
+        self._callback.clear()
+        self._logged.clear()
+
+    @property
+    def loggers(self) -> list[Logger]:
+        """The loggers this process writes to: all of them on global rank 0, none elsewhere."""
+        trainer = self._trainer
+        return trainer.loggers if trainer.is_global_zero else []
+
+    # -- sending ------------------------------------------------------------------------------------
+
+    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
+        """Send ``metrics`` (with the current ``epoch``) to the loggers at ``step``.
+
+        The step is the count of batches that ended with an optimizer step (Lightning's logger step):
+        the first training step logs at 0.
+        """
+        if not metrics:
+            return
+        self._logged.update(metrics)
+        metrics = {**metrics, "epoch": float(self._trainer.current_epoch)}
+        for logger in self.loggers:
+            logger.log_metrics(metrics, step)
+
+    def log_step_metrics(self, step: int) -> None:
+        """Send the step values logged since the last call, at ``step``."""
+        assert self.results is not None
+        self.log_metrics(self.results.take_step_metrics(), step)
+
+    def log_epoch_metrics(self, stage: str, step: int) -> None:
+        """Send the pending step values and ``stage``'s epoch aggregates, at ``step``."""
+        assert self.results is not None
+        self.log_metrics({**self.results.take_step_metrics(), **self.results.epoch_metrics(stage)}, step)
+
+    def log_hyperparams(self) -> None:
+        """Send the module's (and the datamodule's) saved hyperparameters, unless the module opted out."""
+        trainer = self._trainer
+        params = dict(trainer.module.hparams)
+        if trainer.datamodule is not None:
+            params.update(trainer.datamodule.hparams)
+        if params and getattr(trainer.module, "_log_hyperparams", True):  # save_hyperparameters(logger=False)
+            for logger in self.loggers:
+                logger.log_hyperparams(params)
+
+    def save(self) -> None:
+        """Flush every logger."""
+        for logger in self.loggers:
+            logger.save()
+
+    def finalize(self, status: str) -> None:
+        """Tell every logger the run ended (``"success"``, ``"failed"`` or ``"interrupted"``)."""
+        for logger in self.loggers:
+            logger.finalize(status)
+
+    def agree_on_log_dir(self) -> None:
+        """Give every process rank 0's logger versions (only rank 0 knows the next free version directory)."""
+        trainer = self._trainer
+        for logger in trainer.loggers:
+            if getattr(type(logger).version, "fset", None) is not None:
+                agreed = trainer.strategy.broadcast(logger.version if trainer.is_global_zero else None)
+                logger.version = agreed  # type: ignore[misc,assignment]  # settable on this class; rank 0 sent one
+
+    # -- reading ------------------------------------------------------------------------------------
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """The latest value of every logged metric: one dict, kept up to date (a launcher may update it too)."""
+        if self.results is not None:
+            self._callback.update(self.results.callback_metrics())
+        return self._callback
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The metrics logged with ``prog_bar=True``, as numbers."""
+        return self.results.progress_bar_metrics() if self.results is not None else {}
+
+    @property
+    def logged_metrics(self) -> dict[str, Any]:
+        """The last values sent to the loggers: one dict, kept up to date (a launcher may update it too)."""
+        return self._logged

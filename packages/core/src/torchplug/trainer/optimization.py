@@ -1,0 +1,334 @@
+"""One training batch's forward, backward and optimizer step, built once per epoch.
+
+The per-batch path is the product's headline cost, so everything that cannot change during an
+epoch is decided before it: which layer runs the forward (the strategy only when it overrides
+``training_step``, else the module directly), whether backward needs the strategy and precision
+(only when one of them, or the module's ``backward`` hook, overrides it), which hooks anybody
+overrides, and how the optimizer steps. Overridden hooks and plugin methods are always honoured;
+the ones nobody overrides cost nothing.
+
+The order is the one Lightning users know: ``training_step``, then (on the first batch of an
+accumulation window) ``on_before_zero_grad`` and ``optimizer_zero_grad``, ``on_before_backward``,
+backward, ``on_after_backward``; when a step is due, ``optimizer_step`` runs all that as its
+closure, followed by ``on_before_optimizer_step`` and ``configure_gradient_clipping``, then the
+optimizer's ``step``. Gradients stay populated until the next ``zero_grad``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from torchplug._errors import MisconfigurationError
+from torchplug.core.module import Module
+from torchplug.precision.precision import Precision, calls_closure_itself
+from torchplug.strategies.strategy import Strategy
+from torchplug.trainer.hooks import is_overridden
+from torchplug.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from torchplug.trainer.fit_loop import FitLoop
+    from torchplug.trainer.hooks import HookRunner
+    from torchplug.trainer.trainer import Trainer
+
+__all__ = [
+    "OptimizerStepper",
+    "StepOptimizer",
+    "accepts_batch_idx",
+    "automatic_step",
+    "manual_optimizers",
+    "manual_step",
+]
+
+BatchStep = Callable[[Any, int, bool], Any]
+
+_Tensor = torch.Tensor
+
+
+def accepts_batch_idx(step: Callable[..., Any]) -> bool:
+    """Whether a ``*_step`` method takes ``batch_idx``: a parameter of that name, two positional ones, or ``*args``."""
+    try:
+        parameters = list(inspect.signature(step).parameters.values())
+    except (TypeError, ValueError):
+        return True
+    if any(p.name == "batch_idx" or p.kind is p.VAR_POSITIONAL for p in parameters):
+        return True
+    positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return len(positional) >= 2
+
+
+def _forward(trainer: Trainer) -> Callable[[Any, int], Any]:
+    """``training_step(batch, batch_idx)`` through the strategy and precision only where they change it."""
+    strategy, module = trainer.strategy, trainer.module
+    precision = strategy.precision
+    step: Callable[..., Any]  # the user's training_step may take (batch) or (batch, batch_idx)
+    if is_overridden(strategy, "training_step", Strategy) or (
+        precision is not None and is_overridden(precision, "forward_context", Precision)
+    ):
+        step = strategy.training_step
+    else:
+        step = getattr(module, "training_step")  # noqa: B009  (typed as Any: it may take (batch) only)
+    if accepts_batch_idx(module.training_step):
+        return step
+    return lambda batch, batch_idx: step(batch)
+
+
+def _backward(trainer: Trainer, optimizer: torch.optim.Optimizer | None) -> Callable[[_Tensor], None] | None:
+    """The backward to run, or None when ``loss.backward()`` alone is what every layer would do."""
+    strategy = trainer.strategy
+    precision = strategy.precision
+    plain = not is_overridden(strategy, "backward", Strategy) and not is_overridden(trainer.module, "backward", Module)
+    if plain and precision is not None:
+        plain = not any(is_overridden(precision, n, Precision) for n in ("pre_backward", "backward", "post_backward"))
+    if plain:
+        return None
+    return lambda loss: strategy.backward(loss, optimizer)
+
+
+class OptimizerStepper:
+    """Steps one optimizer the way the strategy and precision plugins require, resolved once.
+
+    ``step(closure)`` runs the closure (forward and backward) and the optimizer's step: through
+    the strategy when it overrides ``optimizer_step``, else through the precision when it does,
+    else directly (the closure first, then ``optimizer.step()``; an optimizer such as LBFGS whose
+    ``step`` needs the closure gets it).
+
+    Args:
+        trainer: The Trainer whose strategy steps.
+        optimizer: The optimizer to step.
+    """
+
+    def __init__(self, trainer: Trainer, optimizer: torch.optim.Optimizer) -> None:
+        strategy = trainer.strategy
+        precision = strategy.precision
+        self.optimizer = optimizer
+        self._direct = not is_overridden(strategy, "optimizer_step", Strategy) and not (
+            precision is not None and is_overridden(precision, "optimizer_step", Precision)
+        )
+        self._strategy = strategy
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Run ``closure`` (may be None) and step the optimizer; returns what the closure returned."""
+        optimizer = self.optimizer
+        if not self._direct:
+            return self._strategy.optimizer_step(optimizer, closure)
+        if closure is None or calls_closure_itself(optimizer):
+            return optimizer.step(closure)
+        result = closure()
+        optimizer.step()
+        return result
+
+
+def _loss_of(output: Any, world_size: int) -> _Tensor | None:
+    if isinstance(output, _Tensor):
+        return output
+    if isinstance(output, dict):
+        loss = output.get("loss")
+        if loss is None:
+            raise MisconfigurationError(
+                "training_step returned a dict without a 'loss' key; with automatic optimization the dict must "
+                "hold the loss under 'loss'."
+            )
+        return loss  # type: ignore[no-any-return]  # a user's dict: the loss is whatever they put there
+    if output is None:
+        if world_size > 1:
+            raise MisconfigurationError(
+                "training_step returned None in distributed training, which would leave the processes out of step "
+                "(the others wait in the gradient all-reduce). Hint: return a loss on every process, for example a "
+                "zero loss times the parameters, or filter the data before it reaches the step."
+            )
+        _warn_none_once()
+        return None
+    raise MisconfigurationError(
+        f"training_step returned {type(output).__name__}; with automatic optimization return the loss tensor, a "
+        "dict with 'loss', or None to skip the batch."
+    )
+
+
+_WARNED_NONE = [False]
+
+
+def _warn_none_once() -> None:
+    if not _WARNED_NONE[0]:
+        _WARNED_NONE[0] = True
+        rank_zero_warn(
+            "training_step returned None: this batch gets no backward and the optimizer step finds no gradients. "
+            "If this was on purpose, ignore this warning."
+        )
+
+
+def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchStep:
+    """The function that runs one batch of automatic optimization: ``step(batch, batch_idx, should_step)``.
+
+    Returns what ``on_train_batch_end`` receives as ``outputs`` (built only when somebody reads it).
+    """
+    strategy = trainer.strategy
+    optimizer = trainer.optimizers[0]
+    forward = _forward(trainer)
+    backward = _backward(trainer, optimizer)
+    stepper = OptimizerStepper(trainer, optimizer)
+    accumulate = trainer.batches_per_optimizer_step
+    world_size = trainer.world_size
+    zero_grad_hook = hooks.module_hook("optimizer_zero_grad")
+    before_zero_grad = hooks.batch_hooks("on_before_zero_grad")
+    before_backward = hooks.batch_hooks("on_before_backward")
+    after_backward = hooks.batch_hooks("on_after_backward")
+    before_step = hooks.batch_hooks("on_before_optimizer_step")
+    clip = _clipping(trainer, hooks, optimizer)
+    unscale = _unscaling(trainer, optimizer)
+    step_hook = hooks.module_hook("optimizer_step")
+    hook_optimizer = StepOptimizer(stepper) if step_hook is not None else None
+    wants_outputs = bool(hooks.batch_hooks("on_train_batch_end"))
+    progress = loop.progress
+
+    def run(batch: Any, batch_idx: int, should_step: bool) -> Any:
+        result: list[Any] = [None, None]  # training_step's output, the (normalised) loss
+
+        def closure() -> _Tensor | None:
+            output = result[0] = forward(batch, batch_idx)
+            loss = output if type(output) is _Tensor else _loss_of(output, world_size)
+            if loss is not None and accumulate > 1:
+                loss = loss / accumulate
+            result[1] = loss
+            if batch_idx % accumulate == 0:
+                for hook in before_zero_grad:
+                    hook(optimizer)
+                if zero_grad_hook is not None:
+                    zero_grad_hook(progress.epoch, batch_idx, optimizer)
+                else:
+                    optimizer.zero_grad()
+            if loss is not None:
+                for hook in before_backward:
+                    hook(loss)
+                if backward is None:
+                    loss.backward()
+                else:
+                    backward(loss)
+                for hook in after_backward:
+                    hook()
+            return loss
+
+        if not should_step:
+            with strategy.no_backward_sync(True):
+                closure()
+        else:
+
+            def step_closure() -> _Tensor | None:
+                loss = closure()
+                if unscale is not None:  # the hooks and the clipping see the true gradients
+                    unscale()
+                for hook in before_step:
+                    hook(optimizer)
+                if clip is not None:
+                    clip()
+                return loss
+
+            if step_hook is None:
+                stepper.step(step_closure)
+            else:
+                step_hook(progress.epoch, batch_idx, hook_optimizer, step_closure)
+            progress.global_step += 1
+        loop.raw_loss = result[1]
+        if not wants_outputs:
+            return None
+        return _outputs(result[0], result[1])
+
+    return run
+
+
+def _outputs(output: Any, loss: _Tensor | None) -> dict[str, Any]:
+    if loss is None:
+        return {}
+    extra = {k: v for k, v in output.items() if k != "loss"} if isinstance(output, dict) else {}
+    return {"loss": loss.detach(), **extra}
+
+
+def _unscaling(trainer: Trainer, optimizer: torch.optim.Optimizer) -> Callable[[], None] | None:
+    """The precision's unscaling of the gradients after backward, when it scales the loss (``16-mixed``)."""
+    precision = trainer.strategy.precision
+    if precision is None or not is_overridden(precision, "unscale_gradients", Precision):
+        return None
+    return lambda: precision.unscale_gradients(optimizer)
+
+
+def _clipping(trainer: Trainer, hooks: HookRunner, optimizer: torch.optim.Optimizer) -> Callable[[], None] | None:
+    """The gradient clipping after the closure: the module's ``configure_gradient_clipping``, or the Trainer's."""
+    clip_val, algorithm = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
+    hook = hooks.module_hook("configure_gradient_clipping")
+    if hook is not None:
+        return lambda: hook(optimizer, clip_val, algorithm)
+    if not clip_val:
+        return None
+    strategy = trainer.strategy
+    return lambda: strategy.clip_gradients(optimizer, clip_val, algorithm)
+
+
+class StepOptimizer:
+    """The optimizer a module's ``optimizer_step`` (and, in manual optimization, ``self.optimizers()``) receives.
+
+    Use it like the optimizer itself: ``step(closure)`` goes through the strategy and precision
+    plugins (loss scaling included); every other attribute is the wrapped optimizer's.
+
+    Args:
+        stepper: How this optimizer steps.
+        on_step: Called after each ``step()`` (manual optimization counts its global steps here).
+    """
+
+    def __init__(self, stepper: OptimizerStepper, on_step: Callable[[], None] | None = None) -> None:
+        self._stepper = stepper
+        self._on_step = on_step
+        self.optimizer = stepper.optimizer
+
+    def step(self, closure: Callable[[], Any] | None = None) -> Any:
+        """Step through the strategy and precision plugins; returns what ``closure`` returned."""
+        result = self._stepper.step(closure)
+        if self._on_step is not None:
+            self._on_step()
+        return result
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the gradients of the wrapped optimizer's parameters."""
+        self.optimizer.zero_grad(set_to_none=set_to_none)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.optimizer, name)
+
+    def __repr__(self) -> str:
+        return f"StepOptimizer({self.optimizer!r})"
+
+
+def manual_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchStep:
+    """The function that runs one batch of manual optimization: the module steps its optimizers itself."""
+    forward = _forward(trainer)
+
+    def run(batch: Any, batch_idx: int, should_step: bool) -> Any:
+        output = forward(batch, batch_idx)
+        if isinstance(output, _Tensor):
+            loss = loop.raw_loss = output.detach()
+            return {"loss": loss}
+        if isinstance(output, dict):
+            value = output.get("loss")
+            if isinstance(value, _Tensor):
+                detached = loop.raw_loss = value.detach()
+                return {**output, "loss": detached}
+            return output
+        if output is not None:
+            raise MisconfigurationError(
+                f"training_step returned {type(output).__name__}; with manual optimization return a tensor, a dict, "
+                "or nothing."
+            )
+        return {}
+
+    return run
+
+
+def manual_optimizers(trainer: Trainer, loop: FitLoop) -> list[StepOptimizer]:
+    """The optimizers ``self.optimizers()`` returns in manual optimization: each ``step()`` counts a global step."""
+
+    def count() -> None:
+        loop.progress.global_step += 1
+
+    return [StepOptimizer(OptimizerStepper(trainer, optimizer), count) for optimizer in trainer.optimizers]

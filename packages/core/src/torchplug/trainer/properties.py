@@ -1,0 +1,285 @@
+"""The Trainer's read-only views: its plugins, ranks, progress, metrics and data, as users and callbacks read them."""
+
+from __future__ import annotations
+
+import math
+from typing import TYPE_CHECKING, Any
+
+from torchplug.trainer.states import RunningStage, TrainerFn
+
+if TYPE_CHECKING:
+    import torch
+
+    from torchplug.accelerators.accelerator import Accelerator
+    from torchplug.callbacks.callback import Callback
+    from torchplug.environments.cluster_environment import ClusterEnvironment
+    from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.loggers.logger import Logger
+    from torchplug.precision.precision import Precision
+    from torchplug.strategies.strategy import Strategy
+    from torchplug.trainer.checkpoint_connector import CheckpointConnector
+    from torchplug.trainer.connector import Resolution
+    from torchplug.trainer.data import DataConnector
+    from torchplug.trainer.fit_loop import FitLoop
+    from torchplug.trainer.logger_connector import LoggerConnector
+    from torchplug.trainer.preemption import PreemptionWatch
+    from torchplug.trainer.states import TrainerState
+
+__all__ = ["TrainerProperties"]
+
+
+class TrainerProperties:
+    """Read-only properties of :class:`torchplug.Trainer` (a mixin: the Trainer sets the attributes below)."""
+
+    strategy: Strategy
+    state: TrainerState
+    fit_loop: FitLoop
+    callbacks: list[Callback]
+    loggers: list[Logger]
+    default_root_dir: str
+    accumulate_grad_batches: int
+    max_epochs: int | None
+    max_steps: int
+    _resolution: Resolution
+    _logging: LoggerConnector
+    _data: DataConnector
+    _checkpoints: CheckpointConnector
+    _preemption: PreemptionWatch
+
+    def describe(self) -> str:
+        """How the hardware arguments were resolved: each choice and why (also ``core fit --resolve``)."""
+        return self._resolution.describe()
+
+    # -- plugins ------------------------------------------------------------------------------------
+
+    @property
+    def accelerator(self) -> Accelerator:
+        """The Accelerator plugin in use."""
+        accelerator = self.strategy.accelerator
+        assert accelerator is not None, "resolution always sets the accelerator"
+        return accelerator
+
+    @property
+    def precision_plugin(self) -> Precision:
+        """The Precision plugin in use."""
+        precision = self.strategy.precision
+        assert precision is not None, "resolution always sets the precision"
+        return precision
+
+    @property
+    def checkpoint_io(self) -> CheckpointIO:
+        """The CheckpointIO plugin in use."""
+        return self.strategy.checkpoint_io
+
+    @property
+    def cluster_environment(self) -> ClusterEnvironment:
+        """The ClusterEnvironment plugin in use."""
+        environment = self.strategy.cluster_environment
+        assert environment is not None, "resolution always sets the cluster environment"
+        return environment
+
+    @property
+    def model(self) -> torch.nn.Module | None:
+        """The model as the strategy runs it (wrapped in DDP, sharded...); None before a run."""
+        return self.strategy.model
+
+    @property
+    def lightning_module(self) -> Any:
+        """The Module being run (the name Lightning code uses)."""
+        return self.strategy.module
+
+    # -- processes ----------------------------------------------------------------------------------
+
+    @property
+    def num_devices(self) -> int:
+        """Devices (processes) per node."""
+        return self._resolution.num_devices
+
+    @property
+    def device_ids(self) -> list[int]:
+        """The index of each local device (0 for devices without one, such as the CPU)."""
+        return [d.index or 0 for d in self.strategy.parallel_devices or []]
+
+    @property
+    def num_nodes(self) -> int:
+        """Number of nodes."""
+        return self._resolution.num_nodes
+
+    @property
+    def global_rank(self) -> int:
+        """This process's rank among all processes."""
+        return self.strategy.global_rank
+
+    @property
+    def local_rank(self) -> int:
+        """This process's rank on its node."""
+        return self.strategy.local_rank
+
+    @property
+    def node_rank(self) -> int:
+        """This process's node."""
+        return self.strategy.node_rank
+
+    @property
+    def world_size(self) -> int:
+        """Number of processes."""
+        return self.strategy.world_size
+
+    @property
+    def is_global_zero(self) -> bool:
+        """Whether this process writes logs and checkpoints."""
+        return self.strategy.is_global_zero
+
+    # -- progress -----------------------------------------------------------------------------------
+
+    @property
+    def current_epoch(self) -> int:
+        """The epoch in progress."""
+        return self.fit_loop.progress.epoch
+
+    @property
+    def global_step(self) -> int:
+        """Optimizer steps taken."""
+        return self.fit_loop.progress.global_step
+
+    @property
+    def preempted(self) -> bool:
+        """Whether the last fit stopped for a preemption (its checkpoint was written and the job requeued)."""
+        return self._preemption.preempted
+
+    @property
+    def sanity_checking(self) -> bool:
+        """Whether the sanity-check validation is running."""
+        return self.state.stage is RunningStage.SANITY_CHECKING
+
+    @property
+    def training(self) -> bool:
+        """Whether training batches are running."""
+        return self.state.stage is RunningStage.TRAINING
+
+    @property
+    def validating(self) -> bool:
+        """Whether validation batches are running (inside ``fit`` or ``validate``)."""
+        return self.state.stage is RunningStage.VALIDATING
+
+    @property
+    def testing(self) -> bool:
+        """Whether test batches are running."""
+        return self.state.stage is RunningStage.TESTING
+
+    @property
+    def predicting(self) -> bool:
+        """Whether predict batches are running."""
+        return self.state.stage is RunningStage.PREDICTING
+
+    @property
+    def evaluating(self) -> bool:
+        """Whether ``validate`` or ``test`` is running."""
+        return self.state.fn in (TrainerFn.VALIDATING, TrainerFn.TESTING)
+
+    @property
+    def ckpt_path(self) -> str | None:
+        """The checkpoint the last run started from (None for a fresh start); ModelCheckpoint never rotates it."""
+        return self._checkpoints.ckpt_path
+
+    @property
+    def batches_per_optimizer_step(self) -> int:
+        """Training batches per optimizer step: ``accumulate_grad_batches``, or 1 where the strategy accumulates itself.
+
+        A strategy with ``handles_gradient_accumulation`` (the IPU's) accumulates inside its compiled
+        step, on the device, so the loop steps the optimizer after every batch.
+        """
+        return 1 if self.strategy.handles_gradient_accumulation else self.accumulate_grad_batches
+
+    @property
+    def estimated_stepping_batches(self) -> float:
+        """Optimizer steps the whole fit will take (for schedulers such as OneCycleLR)."""
+        per_epoch = self.num_training_batches / self.batches_per_optimizer_step
+        per_epoch = math.ceil(per_epoch) if not math.isinf(per_epoch) else per_epoch
+        total = per_epoch * self.max_epochs if self.max_epochs not in (None, -1) else math.inf
+        return min(total, self.max_steps) if self.max_steps != -1 else total
+
+    # -- logging ------------------------------------------------------------------------------------
+
+    @property
+    def logger(self) -> Logger | None:
+        """The first logger, or None."""
+        return self.loggers[0] if self.loggers else None
+
+    @property
+    def log_dir(self) -> str:
+        """The first logger's run directory, else ``default_root_dir``."""
+        logger = self.logger
+        directory = logger.log_dir if logger is not None else None
+        return directory or self.default_root_dir
+
+    @property
+    def callback_metrics(self) -> dict[str, torch.Tensor]:
+        """The latest value of every logged metric (what ModelCheckpoint and EarlyStopping monitor)."""
+        return self._logging.callback_metrics
+
+    @property
+    def progress_bar_metrics(self) -> dict[str, float]:
+        """The metrics logged with ``prog_bar=True``."""
+        return self._logging.progress_bar_metrics
+
+    @property
+    def logged_metrics(self) -> dict[str, Any]:
+        """The last values sent to the loggers."""
+        return self._logging.logged_metrics
+
+    # -- callbacks ----------------------------------------------------------------------------------
+
+    @property
+    def checkpoint_callback(self) -> Any:
+        """The first ModelCheckpoint callback, or None."""
+        return next(iter(self.checkpoint_callbacks), None)
+
+    @property
+    def checkpoint_callbacks(self) -> list[Any]:
+        """Every ModelCheckpoint callback."""
+        from torchplug.callbacks.model_checkpoint import ModelCheckpoint
+
+        return [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
+
+    @property
+    def progress_bar_callback(self) -> Any:
+        """The progress bar callback, or None."""
+        from torchplug.callbacks.progress import ProgressBar
+
+        return next((c for c in self.callbacks if isinstance(c, ProgressBar)), None)
+
+    # -- data ---------------------------------------------------------------------------------------
+
+    @property
+    def train_dataloader(self) -> Any:
+        """The training dataloader in use."""
+        return self._data.train_loader
+
+    @property
+    def val_dataloaders(self) -> Any:
+        """The validation dataloader(s) in use."""
+        loaders = self._data.val_loaders
+        return loaders[0] if len(loaders) == 1 else loaders
+
+    @property
+    def num_training_batches(self) -> float:
+        """Training batches per epoch (``inf`` for a loader without a length)."""
+        return self._data.num_training_batches
+
+    @property
+    def num_val_batches(self) -> list[float]:
+        """Validation batches per dataloader (of ``fit``, or of the last ``validate()`` while it runs)."""
+        if self.state.fn is TrainerFn.VALIDATING:
+            return self._data.eval_batches.get(TrainerFn.VALIDATING, [])
+        return self._data.num_val_batches
+
+    @property
+    def num_test_batches(self) -> list[float]:
+        """Test batches per dataloader, in the last ``test()``."""
+        return self._data.eval_batches.get(TrainerFn.TESTING, [])
+
+    @property
+    def num_predict_batches(self) -> list[float]:
+        """Predict batches per dataloader, in the last ``predict()``."""
+        return self._data.eval_batches.get(TrainerFn.PREDICTING, [])
