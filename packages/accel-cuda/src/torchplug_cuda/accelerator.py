@@ -9,8 +9,8 @@ from typing import Any, ClassVar
 import torch
 
 from torchplug import Accelerator
-from torchplug_cuda.devices import cuda_unavailable_reason, num_cuda_devices, parse_cuda_devices
-from torchplug_cuda.stats import cuda_device_stats
+from torchplug_cuda._devices import cuda_unavailable_reason, num_cuda_devices, parse_cuda_devices
+from torchplug_cuda._stats import cuda_device_stats
 
 __all__ = ["CUDAAccelerator"]
 

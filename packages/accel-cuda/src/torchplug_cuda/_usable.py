@@ -12,14 +12,14 @@ from typing import Final
 
 import torch
 
-from torchplug_cuda.devices import cuda_unavailable_reason, num_cuda_devices, visible_summary
+from torchplug_cuda._devices import cuda_unavailable_reason, num_cuda_devices, visible_summary
 
 __all__ = ["REUSE_ENV", "find_usable_cuda_devices", "try_cuda_devices"]
 
 #: Where the answer is kept for the ranks the DDP launcher starts (they inherit this process's environment).
 REUSE_ENV: Final = "TORCHPLUG_CUDA_USABLE_DEVICES"
 
-_CHILD_CODE: Final = "from torchplug_cuda.usable import _child_main; _child_main()"
+_CHILD_CODE: Final = "from torchplug_cuda._usable import _child_main; _child_main()"
 
 
 def find_usable_cuda_devices(num_devices: int = -1, *, isolated: bool = True, timeout: float = 120.0) -> list[int]:
