@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 import torch
 
 from torchplug import Accelerator
-from torchplug_tpu import _xla
+from torchplug_tpu import _vendor
 from torchplug_tpu.precision import XLA_PRECISIONS, xla_precision_name
 
 __all__ = ["XLAAccelerator"]
@@ -51,12 +51,12 @@ class XLAAccelerator(Accelerator):
     @classmethod
     def unavailable_reason(cls) -> str | None:
         """Why TPU training cannot run here: torch_xla missing or broken, or no device."""
-        missing = _xla.probe()
+        missing = _vendor.probe()
         if missing is not None:
             return missing
         try:
-            count = _xla.local_device_count()
-        except _xla.TorchXLAUnavailableError as exc:
+            count = _vendor.local_device_count()
+        except _vendor.TorchXLAUnavailableError as exc:
             return str(exc)
         except Exception as exc:  # torch_xla raises many kinds of errors on machines it cannot use
             return f"torch_xla could not count the XLA devices: {type(exc).__name__}: {exc}"
@@ -70,7 +70,7 @@ class XLAAccelerator(Accelerator):
     @staticmethod
     def auto_device_count() -> int:
         """All the XLA devices of this host (counted without starting the XLA runtime on TPUs)."""
-        return _xla.local_device_count()
+        return _vendor.local_device_count()
 
     @staticmethod
     def parse_devices(devices: Any) -> int | list[int]:
@@ -92,7 +92,7 @@ class XLAAccelerator(Accelerator):
 
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Device memory in bytes, from ``xm.get_memory_info``: used, limit and (where reported) peak."""
-        info = dict(_xla.xla_model().get_memory_info(device))
+        info = dict(_vendor.xla_model().get_memory_info(device))
         if "bytes_used" in info:  # torch_xla >= 2.1
             stats = {"memory_used_bytes": int(info["bytes_used"]), "memory_limit_bytes": int(info["bytes_limit"])}
             if "peak_bytes_used" in info:
@@ -103,12 +103,12 @@ class XLAAccelerator(Accelerator):
 
     def get_rng_state(self) -> Any:
         """The seed of this process's XLA generator (an int)."""
-        return int(_xla.xla_model().get_rng_state())
+        return int(_vendor.xla_model().get_rng_state())
 
     def set_rng_state(self, state: Any) -> None:
         """Restore what :meth:`get_rng_state` returned."""
         if state is not None:
-            _xla.xla_model().set_rng_state(int(state))
+            _vendor.xla_model().set_rng_state(int(state))
 
     # -- decisions the core delegates ---------------------------------------------------------
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from torchplug import ClusterEnvironment
-from torchplug_tpu import _xla
+from torchplug_tpu import _vendor
 
 __all__ = ["XLAEnvironment"]
 
@@ -62,16 +62,16 @@ class XLAEnvironment(ClusterEnvironment):
 
     def world_size(self) -> int:
         """The number of processes taking part (``torch_xla.runtime.world_size()``)."""
-        return int(_xla.runtime().world_size())
+        return int(_vendor.runtime().world_size())
 
     def global_rank(self) -> int:
         """This process's rank among all (``torch_xla.runtime.global_ordinal()``)."""
-        return int(_xla.runtime().global_ordinal())
+        return int(_vendor.runtime().global_ordinal())
 
     def local_rank(self) -> int:
         """This process's rank on its host (``torch_xla.runtime.local_ordinal()``)."""
-        return int(_xla.runtime().local_ordinal())
+        return int(_vendor.runtime().local_ordinal())
 
     def node_rank(self) -> int:
         """The rank of this host (``torch_xla.runtime.host_index()``)."""
-        return int(_xla.runtime().host_index())
+        return int(_vendor.runtime().host_index())

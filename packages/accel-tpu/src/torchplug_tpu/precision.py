@@ -14,7 +14,7 @@ import torch
 
 from torchplug import MisconfigurationError, Precision
 from torchplug.precision.half import cast_floating, default_dtype
-from torchplug_tpu import _xla
+from torchplug_tpu import _vendor
 
 __all__ = ["XLA_PRECISIONS", "XLAPrecision", "xla_precision_name"]
 
@@ -107,8 +107,8 @@ class XLAPrecision(Precision):
         if self._true_half:
             return default_dtype(self.dtype)
         if self.precision == "bf16-mixed":
-            amp = _xla.import_xla("torch_xla.amp")
-            return amp.autocast(_xla.device(), dtype=torch.bfloat16)  # type: ignore[no-any-return]
+            amp = _vendor.import_xla("torch_xla.amp")
+            return amp.autocast(_vendor.device(), dtype=torch.bfloat16)  # type: ignore[no-any-return]
         return contextlib.nullcontext()
 
     def convert_input(self, data: Any) -> Any:

@@ -1,4 +1,8 @@
-"""The ``xla`` strategy: one process per XLA device, gradients all-reduced by torch_xla's collectives."""
+"""The XLA strategies.
+
+* ``xla`` (:class:`XLAStrategy`): one process per XLA device, gradients all-reduced by torch_xla's collectives.
+* ``single_xla`` (:class:`SingleXLAStrategy`): one XLA device, in this process.
+"""
 
 from __future__ import annotations
 
@@ -12,12 +16,13 @@ from torch.optim import Optimizer
 
 from torchplug import Accelerator, CheckpointIO, ClusterEnvironment, MisconfigurationError, Precision
 from torchplug.strategies.parallel import ParallelStrategy
-from torchplug_tpu import _xla
+from torchplug.strategies.single_device import SingleDeviceStrategy
+from torchplug_tpu import _vendor
 from torchplug_tpu.environment import XLAEnvironment
-from torchplug_tpu.launcher import XLALauncher
+from torchplug_tpu._launcher import XLALauncher
 from torchplug_tpu.precision import XLA_PRECISIONS
 
-__all__ = ["XLAStrategy"]
+__all__ = ["SingleXLAStrategy", "XLAStrategy"]
 
 T = TypeVar("T")
 
@@ -78,7 +83,7 @@ class XLAStrategy(ParallelStrategy):
                 "strategy='xla' knows its XLA device only inside the processes it launches (trainer.fit() starts "
                 "them). Hint: move tensors with self.device inside the Module's hooks, not before fit()."
             )
-        return _xla.device()
+        return _vendor.device()
 
     @property
     def global_rank(self) -> int:
@@ -138,12 +143,12 @@ class XLAStrategy(ParallelStrategy):
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Give every process rank 0's parameters and buffers (``xm.broadcast_master_param``)."""
         if self.sync_module_states and self.world_size > 1:
-            _xla.xla_model().broadcast_master_param(module)
+            _vendor.xla_model().broadcast_master_param(module)
         return module
 
     def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
         """Wrap the loader in torch_xla's ``MpDeviceLoader`` (batches arrive on the device)."""
-        return _xla.device_loader(dataloader, self.root_device)
+        return _vendor.device_loader(dataloader, self.root_device)
 
     # -- steps ----------------------------------------------------------------------------------
 
@@ -154,7 +159,7 @@ class XLAStrategy(ParallelStrategy):
             self._reduce_gradients(optimizer)
 
     def _reduce_gradients(self, optimizer: Optimizer | None) -> None:
-        xm = _xla.xla_model()
+        xm = _vendor.xla_model()
         if optimizer is not None:
             xm.reduce_gradients(optimizer)
             return
@@ -175,7 +180,7 @@ class XLAStrategy(ParallelStrategy):
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         """Step through the precision plugin, then run the step's graph on the device (``torch_xla.sync``)."""
         result = super().optimizer_step(optimizer, closure)
-        _xla.sync()
+        _vendor.sync()
         return result
 
     # -- collectives ----------------------------------------------------------------------------
@@ -183,7 +188,7 @@ class XLAStrategy(ParallelStrategy):
     def barrier(self, name: str | None = None) -> None:
         """Wait for every process (``xm.rendezvous``); nothing to wait for before the launch."""
         if self._launched and self.world_size > 1:
-            _xla.xla_model().rendezvous(name or "torchplug_tpu.barrier")
+            _vendor.xla_model().rendezvous(name or "torchplug_tpu.barrier")
 
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send ``obj`` (a tensor or any picklable object) from rank ``src`` to every process."""
@@ -191,7 +196,7 @@ class XLAStrategy(ParallelStrategy):
             return obj
         if isinstance(obj, torch.Tensor):
             tensor = obj.detach().clone().to(self.root_device)
-            _xla.xla_model().collective_broadcast([tensor], root_ordinal=src)
+            _vendor.xla_model().collective_broadcast([tensor], root_ordinal=src)
             return tensor  # type: ignore[return-value]
         payload = pickle.dumps(obj) if self.global_rank == src else b""
         # The ranks' payloads differ in size: broadcast the size first, then the padded bytes.
@@ -204,7 +209,7 @@ class XLAStrategy(ParallelStrategy):
 
     def _broadcast_tensor(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
         on_device = tensor.to(self.root_device)
-        _xla.xla_model().collective_broadcast([on_device], root_ordinal=src)
+        _vendor.xla_model().collective_broadcast([on_device], root_ordinal=src)
         return on_device
 
     def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
@@ -213,9 +218,9 @@ class XLAStrategy(ParallelStrategy):
             return tensor.unsqueeze(0)
         value = tensor.unsqueeze(0).to(self.root_device)
         if sync_grads:
-            functions = _xla.import_xla("torch_xla.core.functions")
+            functions = _vendor.import_xla("torch_xla.core.functions")
             return functions.all_gather(value, dim=0)  # type: ignore[no-any-return]
-        return _xla.xla_model().all_gather(value, dim=0)  # type: ignore[no-any-return]
+        return _vendor.xla_model().all_gather(value, dim=0)  # type: ignore[no-any-return]
 
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
         """Reduce over every process: ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``."""
@@ -227,7 +232,7 @@ class XLAStrategy(ParallelStrategy):
         value = torch.as_tensor(tensor).to(self.root_device)
         if op == "mean" and not value.is_floating_point():
             value = value.float()  # XLA devices have no fast float64
-        xm = _xla.xla_model()
+        xm = _vendor.xla_model()
         reduced = xm.all_reduce(getattr(xm, _REDUCE_OPS[op]), value)
         return reduced / self.world_size if op == "mean" else reduced
 
@@ -242,8 +247,64 @@ class XLAStrategy(ParallelStrategy):
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
         """Run every process's pending graph (it may hold collectives), then write from rank 0 only."""
-        _xla.sync()
+        _vendor.sync()
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     def __repr__(self) -> str:
         return f"XLAStrategy(start_method={self.start_method!r}, sync_module_states={self.sync_module_states})"
+
+
+class SingleXLAStrategy(SingleDeviceStrategy):
+    """Train on one XLA device (a TPU core or chip) in this process.
+
+    Batches arrive on the device through torch_xla's ``MpDeviceLoader``, and the lazy graph is
+    run on the device after every optimizer step (``torch_xla.sync``).
+
+    Args:
+        device: The device index (``2``, ``"xla:2"``, ``torch.device("xla", 2)``); by default the
+            one ``devices=`` selects (``devices=[2]``), else this process's default XLA device.
+        accelerator, precision, checkpoint_io: As for :class:`torchplug.Strategy`.
+    """
+
+    def __init__(
+        self,
+        device: int | str | torch.device | None = None,
+        accelerator: Accelerator | None = None,
+        precision: Precision | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+    ) -> None:
+        if isinstance(device, str) and device.isdigit():
+            device = int(device)
+        placeholder = torch.device("xla", device) if isinstance(device, int) else device
+        super().__init__(placeholder, accelerator=accelerator, precision=precision, checkpoint_io=checkpoint_io)
+        self._root: torch.device | None = None
+
+    @property
+    def root_device(self) -> torch.device:
+        """The XLA device, as torch_xla names it (asked once; this starts the XLA runtime)."""
+        if self._root is None:
+            chosen = self._device or (self.parallel_devices[0] if self.parallel_devices else None)
+            self._root = _vendor.device(chosen.index if chosen is not None else None)
+        return self._root
+
+    def precision_for(self, precision: str) -> str:
+        """The XLA precision for a core precision name (other names are kept)."""
+        return XLA_PRECISIONS.get(precision, precision)
+
+    def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
+        """Wrap the loader in torch_xla's ``MpDeviceLoader`` (batches arrive on the device)."""
+        return _vendor.device_loader(dataloader, self.root_device)
+
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+        """Step through the precision plugin, then run the step's graph on the device (``torch_xla.sync``)."""
+        result = super().optimizer_step(optimizer, closure)
+        _vendor.sync()
+        return result
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
+        """Run the pending graph, then write the checkpoint through the checkpoint IO."""
+        _vendor.sync()
+        super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    def __repr__(self) -> str:
+        return f"SingleXLAStrategy(device={self._device!s})" if self._device is not None else "SingleXLAStrategy()"
