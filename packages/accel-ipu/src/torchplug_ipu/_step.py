@@ -7,7 +7,7 @@ from typing import Any
 import torch
 
 from torchplug import MisconfigurationError, Precision
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
 
 __all__ = ["StepModule", "micro_batches", "tensor_arguments"]
 
@@ -43,7 +43,7 @@ class StepModule(torch.nn.Module):
                 "dict with 'loss'): the backward pass and the optimizer step are compiled into the step, so a batch "
                 "cannot be skipped by returning None."
             )
-        return _poptorch.import_poptorch().identity_loss(loss, reduction="none")
+        return _vendor.import_poptorch().identity_loss(loss, reduction="none")
 
 
 def micro_batches(options: Any) -> int:

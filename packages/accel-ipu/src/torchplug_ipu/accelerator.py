@@ -7,7 +7,7 @@ from typing import Any, ClassVar
 import torch
 
 from torchplug import Accelerator
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
 from torchplug_ipu.precision import IPU_PRECISIONS, ipu_precision_name
 
 __all__ = ["IPUAccelerator"]
@@ -47,12 +47,12 @@ class IPUAccelerator(Accelerator):
     @classmethod
     def unavailable_reason(cls) -> str | None:
         """Why IPU training cannot run here: poptorch missing or broken, or no IPU."""
-        missing = _poptorch.probe()
+        missing = _vendor.probe()
         if missing is not None:
             return missing
         try:
-            available = _poptorch.hardware_available(1)
-        except _poptorch.PoptorchUnavailableError as exc:
+            available = _vendor.hardware_available(1)
+        except _vendor.PoptorchUnavailableError as exc:
             return str(exc)
         if not available:
             return (
@@ -64,7 +64,7 @@ class IPUAccelerator(Accelerator):
     @staticmethod
     def auto_device_count() -> int:
         """All the IPUs PopTorch can attach to this process (a power of two)."""
-        return _poptorch.ipu_count()
+        return _vendor.ipu_count()
 
     @staticmethod
     def parse_devices(devices: Any) -> int:

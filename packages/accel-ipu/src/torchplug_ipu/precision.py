@@ -17,7 +17,7 @@ from torch.optim import Optimizer
 
 from torchplug import MisconfigurationError, Precision
 from torchplug.precision.half import cast_floating, default_dtype
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
 
 __all__ = ["IPU_PRECISIONS", "NO_CLIPPING", "IPUPrecision", "ipu_precision_name"]
 
@@ -100,7 +100,7 @@ class IPUPrecision(Precision):
         """
         if not self._half:
             return
-        if self.precision == "16-mixed" and not hasattr(_poptorch.import_poptorch(), "autocast"):
+        if self.precision == "16-mixed" and not hasattr(_vendor.import_poptorch(), "autocast"):
             raise MisconfigurationError(
                 "precision='16-mixed' on IPUs runs the step in a poptorch.autocast region, which the installed "
                 "poptorch does not offer. Hint: use precision='16-true' (float16 weights with stochastic rounding, "
@@ -143,7 +143,7 @@ class IPUPrecision(Precision):
         if self.precision == "16-true":
             return default_dtype(torch.float16)
         if self.precision == "16-mixed":
-            return _poptorch.import_poptorch().autocast()  # type: ignore[no-any-return]
+            return _vendor.import_poptorch().autocast()  # type: ignore[no-any-return]
         return contextlib.nullcontext()
 
     # -- what happens on the IPU ------------------------------------------------------------------

@@ -11,9 +11,9 @@ from torch.optim import Optimizer
 
 from torchplug import Accelerator, CheckpointIO, MisconfigurationError, Precision
 from torchplug.strategies.single_device import SingleDeviceStrategy
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
 from torchplug_ipu._step import StepModule, micro_batches, tensor_arguments
-from torchplug_ipu.data import poptorch_loader
+from torchplug_ipu._data import poptorch_loader
 from torchplug_ipu.precision import NO_CLIPPING, IPUPrecision, ipu_precision_name
 
 __all__ = ["IPUStrategy"]
@@ -139,7 +139,7 @@ class IPUStrategy(SingleDeviceStrategy):
         return self._inference_options
 
     def _options(self, iterations: int, accumulation: int, training: bool) -> Any:
-        options = _poptorch.import_poptorch().Options()
+        options = _vendor.import_poptorch().Options()
         options.deviceIterations(iterations)
         options.replicationFactor(self.replication_factor)
         options.Training.gradientAccumulation(accumulation)
@@ -194,7 +194,7 @@ class IPUStrategy(SingleDeviceStrategy):
         """Nothing to move: the model stays on the host, and PopTorch copies its weights to the IPUs."""
 
     def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
-        """Rebuild the loader as a ``poptorch.DataLoader`` with the training options (see :mod:`torchplug_ipu.data`)."""
+        """Rebuild the loader as a ``poptorch.DataLoader`` with the training options (see :mod:`torchplug_ipu._data`)."""
         return poptorch_loader(dataloader, self.training_options)
 
     def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
@@ -275,7 +275,7 @@ class IPUStrategy(SingleDeviceStrategy):
 
     def _create(self, step_name: str) -> Any:
         assert self.module is not None and self.precision is not None, "setup() runs before the steps"
-        poptorch = _poptorch.import_poptorch()
+        poptorch = _vendor.import_poptorch()
         step = StepModule(self.module, step_name, self.precision)
         if step_name == _TRAIN:
             optimizer = self.optimizers[0]
