@@ -8,7 +8,7 @@ from typing import Any, ClassVar, Final
 import torch
 
 from torchplug import Accelerator
-from torchplug_hpu import _habana
+from torchplug_hpu import _vendor
 from torchplug_hpu.precision import HPU_PRECISIONS, hpu_precision_name
 
 __all__ = ["HPUAccelerator"]
@@ -57,12 +57,12 @@ class HPUAccelerator(Accelerator):
     @classmethod
     def unavailable_reason(cls) -> str | None:
         """Why HPU training cannot run here: habana_frameworks missing or broken, or no HPU."""
-        missing = _habana.probe()
+        missing = _vendor.probe()
         if missing is not None:
             return missing
         try:
-            count = _habana.device_count()
-        except _habana.HabanaUnavailableError as exc:
+            count = _vendor.device_count()
+        except _vendor.HabanaUnavailableError as exc:
             return str(exc)
         if count < 1:
             return (
@@ -74,7 +74,7 @@ class HPUAccelerator(Accelerator):
     @staticmethod
     def auto_device_count() -> int:
         """All the HPUs this process can see."""
-        return _habana.device_count()
+        return _vendor.device_count()
 
     @staticmethod
     def parse_devices(devices: Any) -> int:
@@ -113,7 +113,7 @@ class HPUAccelerator(Accelerator):
         """
         if device.type != self.device_type:
             raise ValueError(f"The HPU accelerator cannot run on device {device}; expected an 'hpu' device.")
-        _habana.import_habana("habana_frameworks.torch.core")
+        _vendor.import_habana("habana_frameworks.torch.core")
 
     def teardown(self) -> None:
         """Nothing to release."""
@@ -124,17 +124,17 @@ class HPUAccelerator(Accelerator):
         Keys: ``memory_used_bytes``, ``memory_peak_bytes``, ``memory_limit_bytes``, ``allocations``,
         ``frees``, ``active_allocations`` and ``largest_allocation_bytes``, where the runtime reports them.
         """
-        raw: Mapping[str, Any] = _habana.hpu().memory_stats(device)
+        raw: Mapping[str, Any] = _vendor.hpu().memory_stats(device)
         return {ours: int(raw[theirs]) for theirs, ours in _STATS.items() if theirs in raw}
 
     def get_rng_state(self) -> Any:
         """The HPU generator's state (a tensor), where habana_frameworks exposes it."""
-        get_state = getattr(_habana.hpu(), "get_rng_state", None)
+        get_state = getattr(_vendor.hpu(), "get_rng_state", None)
         return get_state() if callable(get_state) else None
 
     def set_rng_state(self, state: Any) -> None:
         """Restore what :meth:`get_rng_state` returned."""
-        set_state = getattr(_habana.hpu(), "set_rng_state", None)
+        set_state = getattr(_vendor.hpu(), "set_rng_state", None)
         if state is not None and callable(set_state):
             set_state(state)
 
