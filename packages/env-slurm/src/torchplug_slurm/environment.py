@@ -28,10 +28,10 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from torchplug import ClusterEnvironment, MisconfigurationError
 from torchplug.utilities.rank_zero import log, rank_zero_warn
-from torchplug_slurm.preemption import SignalWatch, parse_signal
-from torchplug_slurm.rendezvous import main_address, main_port
-from torchplug_slurm.requeue import SCONTROL_VAR, requeue_job
-from torchplug_slurm.variables import MAX_NORMAL_STEP_ID, SlurmVariables
+from torchplug_slurm._preemption import SignalWatch, parse_signal
+from torchplug_slurm._rendezvous import main_address, main_port
+from torchplug_slurm._vendor import SCONTROL_VAR, requeue_job
+from torchplug_slurm._variables import MAX_NORMAL_STEP_ID, SlurmVariables
 
 if TYPE_CHECKING:
     from torchplug import CheckpointIO
@@ -67,7 +67,7 @@ class SLURMEnvironment(ClusterEnvironment):
         checkpoint_on_sigterm: While ``fit`` runs with ``auto_requeue``, a SIGTERM (``scancel``,
             preemption, the time limit) also writes the checkpoint at the next step boundary,
             without ``scontrol requeue`` (SLURM is ending or requeueing the job itself); then the
-            SIGTERM is delivered again and ends the process. See :mod:`torchplug_slurm.preemption`.
+            SIGTERM is delivered again and ends the process. See :mod:`torchplug_slurm._preemption`.
 
     Raises:
         ValueError: ``requeue_signal`` (or ``$TORCHPLUG_SLURM_REQUEUE_SIGNAL``) is not a signal.
@@ -123,7 +123,7 @@ class SLURMEnvironment(ClusterEnvironment):
 
     @property
     def main_port(self) -> int:
-        """``MASTER_PORT``, else a port derived from the job and step ids (:mod:`torchplug_slurm.rendezvous`)."""
+        """``MASTER_PORT``, else a port derived from the job and step ids (:mod:`torchplug_slurm._rendezvous`)."""
         return main_port(self._vars)
 
     def world_size(self) -> int:

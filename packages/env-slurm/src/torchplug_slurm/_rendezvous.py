@@ -18,8 +18,8 @@ from __future__ import annotations
 from typing import Final
 
 from torchplug import MisconfigurationError
-from torchplug_slurm.hostlist import HostlistError, first_host
-from torchplug_slurm.variables import BATCH_STEP_ID, SlurmVariables
+from torchplug_slurm._hostlist import HostlistError, first_host
+from torchplug_slurm._variables import BATCH_STEP_ID, SlurmVariables
 
 __all__ = ["PORT_BASE", "PORT_SPAN", "derive_port", "main_address", "main_port"]
 
