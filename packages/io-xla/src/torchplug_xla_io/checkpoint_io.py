@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from typing import Any
 
 import torch
@@ -12,7 +9,7 @@ import torch
 from torchplug import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.utilities.apply import apply_to_tensors
-from torchplug.utilities.imports import module_available
+from torchplug_xla_io import _vendor
 
 __all__ = ["XLACheckpointIO", "to_cpu"]
 
@@ -64,7 +61,7 @@ class XLACheckpointIO(CheckpointIO):
             path, map_location="cpu" if map_location is None else map_location, weights_only=weights_only
         )
         if map_location is None:
-            device = _xla_device()
+            device = _vendor.device()
             if device is not None:
                 checkpoint = apply_to_tensors(checkpoint, lambda t: t.to(device))
         return checkpoint
@@ -88,18 +85,7 @@ def to_cpu(data: Any) -> Any:
     runs their pending computations once for all of them. It is used only where torch_xla is
     already imported: without it, this process holds no XLA tensor.
     """
-    xla_model = importlib.import_module("torch_xla.core.xla_model") if "torch_xla" in sys.modules else None
-    convert = getattr(xla_model, "_maybe_convert_to_cpu", None)  # private in torch_xla: used only if present
+    convert = _vendor.batched_to_cpu()
     if convert is not None:
         data = convert(data)
     return apply_to_tensors(data, lambda t: t if t.device.type == "cpu" else t.cpu())
-
-
-def _xla_device() -> torch.device | None:
-    """This process's XLA device when torch_xla is installed, else None."""
-    if not module_available("torch_xla"):
-        return None
-    torch_xla = importlib.import_module("torch_xla")
-    if hasattr(torch_xla, "device"):  # torch_xla >= 2.5
-        return torch_xla.device()  # type: ignore[no-any-return]
-    return importlib.import_module("torch_xla.core.xla_model").xla_device()  # type: ignore[no-any-return]
