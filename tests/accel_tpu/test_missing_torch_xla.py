@@ -11,7 +11,14 @@ import torchplug
 from tests.accel_tpu.fake import NOT_INSTALLED
 from tests.accel_tpu.models import Regressor, loader, quiet
 from torchplug import MisconfigurationError, PluginUnavailableError
-from torchplug_tpu import SingleXLAStrategy, TorchXLAUnavailableError, XLAAccelerator, XLAPrecision, XLAStrategy, _vendor
+from torchplug_tpu import (
+    SingleXLAStrategy,
+    TorchXLAUnavailableError,
+    XLAAccelerator,
+    XLAPrecision,
+    XLAStrategy,
+    _vendor,
+)
 
 pytestmark = pytest.mark.usefixtures("no_xla")
 

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
-    from torchplug_cuda.accelerator import CUDAAccelerator
     from torchplug_cuda._devices import cuda_unavailable_reason, is_cuda_available, num_cuda_devices, parse_cuda_devices
     from torchplug_cuda._stats import cuda_device_stats
     from torchplug_cuda._usable import find_usable_cuda_devices
+    from torchplug_cuda.accelerator import CUDAAccelerator
 
 __all__ = [
     "CUDAAccelerator",

@@ -19,7 +19,6 @@ own versions (:func:`driver_versions`) are read from ``/proc`` or NVML through c
 no pynvml).
 """
 
-
 from __future__ import annotations
 
 import ctypes

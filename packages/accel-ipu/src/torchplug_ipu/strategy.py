@@ -12,8 +12,8 @@ from torch.optim import Optimizer
 from torchplug import Accelerator, CheckpointIO, MisconfigurationError, Precision
 from torchplug.strategies.single_device import SingleDeviceStrategy
 from torchplug_ipu import _vendor
-from torchplug_ipu._step import StepModule, micro_batches, tensor_arguments
 from torchplug_ipu._data import poptorch_loader
+from torchplug_ipu._step import StepModule, micro_batches, tensor_arguments
 from torchplug_ipu.precision import NO_CLIPPING, IPUPrecision, ipu_precision_name
 
 __all__ = ["IPUStrategy"]
@@ -194,7 +194,7 @@ class IPUStrategy(SingleDeviceStrategy):
         """Nothing to move: the model stays on the host, and PopTorch copies its weights to the IPUs."""
 
     def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
-        """Rebuild the loader as a ``poptorch.DataLoader`` with the training options (see :mod:`torchplug_ipu._data`)."""
+        """Rebuild the loader as a ``poptorch.DataLoader`` with the training options (see ``_data.py``)."""
         return poptorch_loader(dataloader, self.training_options)
 
     def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:

@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Final
 from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
+    from torchplug_tpu._launcher import XLALauncher
     from torchplug_tpu._vendor import TorchXLAUnavailableError
     from torchplug_tpu.accelerator import XLAAccelerator
     from torchplug_tpu.environment import XLAEnvironment
-    from torchplug_tpu._launcher import XLALauncher
     from torchplug_tpu.precision import XLAPrecision
     from torchplug_tpu.strategy import SingleXLAStrategy, XLAStrategy
 

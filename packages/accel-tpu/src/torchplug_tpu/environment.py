@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from torchplug import ClusterEnvironment
+from torchplug.environments import Evidence
 from torchplug_tpu import _vendor
 
 __all__ = ["XLAEnvironment"]
@@ -30,14 +31,9 @@ class XLAEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 0
 
     @classmethod
-    def detect(cls) -> bool:
-        """Always False: the XLA strategies bring this environment; name it to use it elsewhere."""
-        return False
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """Why it is never detected."""
-        return "never detected: strategy='xla' and 'single_xla' bring it"
+    def evidence(cls) -> Evidence:
+        """Never detected: the XLA strategies bring this environment; name it to use it elsewhere."""
+        return Evidence.absent("never detected: strategy='xla' and 'single_xla' bring it")
 
     @property
     def creates_processes_externally(self) -> bool:

@@ -18,8 +18,8 @@ from torchplug import Accelerator, CheckpointIO, ClusterEnvironment, Misconfigur
 from torchplug.strategies.parallel import ParallelStrategy
 from torchplug.strategies.single_device import SingleDeviceStrategy
 from torchplug_tpu import _vendor
-from torchplug_tpu.environment import XLAEnvironment
 from torchplug_tpu._launcher import XLALauncher
+from torchplug_tpu.environment import XLAEnvironment
 from torchplug_tpu.precision import XLA_PRECISIONS
 
 __all__ = ["SingleXLAStrategy", "XLAStrategy"]

@@ -27,11 +27,12 @@ import warnings
 from typing import TYPE_CHECKING, ClassVar, Final
 
 from torchplug import ClusterEnvironment, MisconfigurationError
+from torchplug.environments import Evidence
 from torchplug.utilities.rank_zero import log, rank_zero_warn
 from torchplug_slurm._preemption import SignalWatch, parse_signal
 from torchplug_slurm._rendezvous import main_address, main_port
-from torchplug_slurm._vendor import SCONTROL_VAR, requeue_job
 from torchplug_slurm._variables import MAX_NORMAL_STEP_ID, SlurmVariables
+from torchplug_slurm._vendor import SCONTROL_VAR, requeue_job
 
 if TYPE_CHECKING:
     from torchplug import CheckpointIO
@@ -96,14 +97,9 @@ class SLURMEnvironment(ClusterEnvironment):
     # -- detection ----------------------------------------------------------------------------
 
     @classmethod
-    def detect(cls) -> bool:
-        """Whether this process is a task of a SLURM job step (see the module docstring); no side effects."""
-        return _evidence(SlurmVariables.current(), os.getpid())[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace."""
-        return _evidence(SlurmVariables.current(), os.getpid())[1]
+    def evidence(cls) -> Evidence:
+        """Whether this process is a task of a SLURM job step (see the module docstring), and what says so."""
+        return _evidence(SlurmVariables.current(), os.getpid())
 
     # -- ranks and rendezvous -----------------------------------------------------------------
 
@@ -272,32 +268,38 @@ def _in_step(variables: SlurmVariables) -> bool:
     return step is not None and 0 <= step < MAX_NORMAL_STEP_ID
 
 
-def _evidence(variables: SlurmVariables, pid: int) -> tuple[bool, str]:
+def _evidence(variables: SlurmVariables, pid: int) -> Evidence:
     """Whether this process is a task of a SLURM job step, and the variables that say so."""
     job = variables.job_id
     if job is None:
-        return False, "SLURM_JOB_ID not set"
+        return Evidence.absent("SLURM_JOB_ID not set")
     step = variables.text("SLURM_STEP_ID", "SLURM_STEPID")
     if step is None:
-        return False, f"SLURM_JOB_ID={job} but SLURM_STEP_ID not set: a salloc shell or batch script, not an srun task"
+        return Evidence.absent(
+            f"SLURM_JOB_ID={job} but SLURM_STEP_ID not set: a salloc shell or batch script, not an srun task"
+        )
     if not step.isdigit() or not _in_step(variables):
-        return False, f"SLURM_STEP_ID={step} is not an srun step (salloc's interactive step or another special one)"
+        return Evidence.absent(
+            f"SLURM_STEP_ID={step} is not an srun step (salloc's interactive step or another special one)"
+        )
     missing = [name for name in ("SLURM_PROCID", "SLURM_NTASKS") if variables.text(name) is None]
     if missing:
-        return False, f"SLURM_JOB_ID={job}, SLURM_STEP_ID={step}, but not {', '.join(missing)}"
+        return Evidence.absent(f"SLURM_JOB_ID={job}, SLURM_STEP_ID={step}, but not {', '.join(missing)}")
     try:
         tasks = variables.num_tasks
     except MisconfigurationError as exc:
-        return False, str(exc)
+        return Evidence.absent(str(exc))
     evidence = f"SLURM_JOB_ID={job}, SLURM_STEP_ID={step}, SLURM_NTASKS={tasks}"
     if variables.pty and variables.task_pid not in (None, pid):
-        return False, f"{evidence}, but a shell started with srun --pty (SLURM_PTY_PORT set, SLURM_TASK_PID is not us)"
+        return Evidence.absent(
+            f"{evidence}, but a shell started with srun --pty (SLURM_PTY_PORT set, SLURM_TASK_PID is not us)"
+        )
     name = variables.job_name
     if name in _INTERACTIVE_NAMES:
         if tasks == 1:
-            return False, f"{evidence}, but SLURM_JOB_NAME={name} (an interactive job)"
+            return Evidence.absent(f"{evidence}, but SLURM_JOB_NAME={name} (an interactive job)")
         evidence += f"; SLURM_JOB_NAME={name} ignored with several tasks"
-    return True, evidence
+    return Evidence.found(evidence)
 
 
 def _check_devices(per_node: int | None, num_devices: int, variables: SlurmVariables) -> None:

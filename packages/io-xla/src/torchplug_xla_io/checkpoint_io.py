@@ -4,8 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
-
 from torchplug import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.utilities.apply import apply_to_tensors

@@ -10,7 +10,7 @@ from typing import ClassVar
 
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int, read_text
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["KubeflowEnvironment"]
 
@@ -40,23 +40,14 @@ class KubeflowEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 60
 
     @classmethod
-    def detect(cls) -> bool:
-        """True inside a Kubernetes pod that has the PyTorchJob variables and was not started by torchrun."""
-        return cls._evidence()[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace (no side effects)."""
-        return cls._evidence()[1]
-
-    @classmethod
-    def _evidence(cls) -> tuple[bool, str]:
-        missing = [name for name in _REQUIRED if name not in os.environ]
-        if missing:
-            return False, f"{', '.join(missing)} not set"
+    def evidence(cls) -> Evidence:
+        """Detected inside a Kubernetes pod that has the PyTorchJob variables and was not started by torchrun."""
+        missing = Evidence.unset(_REQUIRED)
+        if missing is not None:
+            return missing
         if "TORCHELASTIC_RUN_ID" in os.environ:
-            return False, "started by torchrun (TORCHELASTIC_RUN_ID set)"
-        return True, f"KUBERNETES_SERVICE_HOST, MASTER_ADDR set, WORLD_SIZE={os.environ['WORLD_SIZE']}"
+            return Evidence.absent("started by torchrun (TORCHELASTIC_RUN_ID set)")
+        return Evidence.found(f"KUBERNETES_SERVICE_HOST, MASTER_ADDR set, WORLD_SIZE={os.environ['WORLD_SIZE']}")
 
     @property
     def creates_processes_externally(self) -> bool:

@@ -6,7 +6,7 @@ import os
 import socket
 from typing import ClassVar
 
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["LocalEnvironment", "find_free_port"]
 
@@ -33,9 +33,9 @@ class LocalEnvironment(ClusterEnvironment):
         self._port: int | None = None
 
     @classmethod
-    def detect(cls) -> bool:
-        """Always True: the fallback when no scheduler is detected."""
-        return True
+    def evidence(cls) -> Evidence:
+        """Always detected, with nothing to show: the fallback when no scheduler is detected."""
+        return Evidence(detected=True, reason=None)
 
     @property
     def creates_processes_externally(self) -> bool:

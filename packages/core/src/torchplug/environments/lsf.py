@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["LSFEnvironment"]
 
@@ -49,28 +49,21 @@ class LSFEnvironment(ClusterEnvironment):
         self._hosts: list[str] | None = None
 
     @classmethod
-    def detect(cls) -> bool:
-        """True when the LSF and jsrun variables are set and the rankfile exists.
+    def evidence(cls) -> Evidence:
+        """Detected when the LSF and jsrun variables are set and the rankfile exists.
 
         The variables: ``LSB_JOBID``, ``LSB_DJOB_RANKFILE``, ``JSM_NAMESPACE_LOCAL_RANK`` and
         ``JSM_NAMESPACE_SIZE``. The rankfile is only checked for existence, not read.
         """
-        return cls._evidence()[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace (no side effects)."""
-        return cls._evidence()[1]
-
-    @classmethod
-    def _evidence(cls) -> tuple[bool, str]:
-        missing = [name for name in _REQUIRED if name not in os.environ]
-        if missing:
-            return False, f"{', '.join(missing)} not set"
+        missing = Evidence.unset(_REQUIRED)
+        if missing is not None:
+            return missing
         rankfile = os.environ["LSB_DJOB_RANKFILE"]
         if not os.path.isfile(rankfile):
-            return False, f"LSB_DJOB_RANKFILE={rankfile} is not a file"
-        return True, f"LSB_JOBID={os.environ['LSB_JOBID']}, JSM_NAMESPACE_SIZE={os.environ['JSM_NAMESPACE_SIZE']}"
+            return Evidence.absent(f"LSB_DJOB_RANKFILE={rankfile} is not a file")
+        return Evidence.found(
+            f"LSB_JOBID={os.environ['LSB_JOBID']}, JSM_NAMESPACE_SIZE={os.environ['JSM_NAMESPACE_SIZE']}"
+        )
 
     @property
     def creates_processes_externally(self) -> bool:

@@ -1,7 +1,7 @@
 """The ``mpi`` cluster environment: processes started by ``mpirun``/``mpiexec``.
 
 Detection and ranks use only the environment variables MPI launchers export, so neither this
-module nor :meth:`MPIEnvironment.detect` imports mpi4py (importing it initialises MPI). mpi4py is
+module nor :meth:`MPIEnvironment.evidence` imports mpi4py (importing it initialises MPI). mpi4py is
 imported only to find the rendezvous when ``MASTER_ADDR``/``MASTER_PORT`` are not set.
 Imports no torch.
 """
@@ -15,7 +15,7 @@ from typing import Any, ClassVar
 
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 from torchplug.environments.local import find_free_port
 
 __all__ = ["MPIEnvironment"]
@@ -87,26 +87,19 @@ class MPIEnvironment(ClusterEnvironment):
         self._main_port: int | None = None
 
     @classmethod
-    def detect(cls) -> bool:
-        """True when a supported launcher's size, rank and local-rank variables are set, with size > 1."""
-        return cls._evidence()[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace (no side effects)."""
-        return cls._evidence()[1]
-
-    @classmethod
-    def _evidence(cls) -> tuple[bool, str]:
+    def evidence(cls) -> Evidence:
+        """Detected when a supported launcher's size, rank and local-rank variables are set, with size > 1."""
         launcher = _find_launcher()
         if launcher is None:
-            return False, "no MPI launcher variables (OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE) set"
+            return Evidence.absent(
+                "no MPI launcher variables (OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE) set"
+            )
         size = os.environ[launcher.size]
         if not size.isdigit():
-            return False, f"{launcher.size}={size!r} is not a number"
+            return Evidence.absent(f"{launcher.size}={size!r} is not a number")
         if int(size) <= 1:
-            return False, f"{launcher.size}={size}: a single process"
-        return True, f"{launcher.name}, {launcher.size}={size}"
+            return Evidence.absent(f"{launcher.size}={size}: a single process")
+        return Evidence.found(f"{launcher.name}, {launcher.size}={size}")
 
     @property
     def creates_processes_externally(self) -> bool:

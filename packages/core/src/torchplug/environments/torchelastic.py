@@ -11,7 +11,7 @@ from typing import ClassVar
 
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int, read_text
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["TorchElasticEnvironment"]
 
@@ -37,23 +37,14 @@ class TorchElasticEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 100
 
     @classmethod
-    def detect(cls) -> bool:
-        """True when ``TORCHELASTIC_RUN_ID``, ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` are all set."""
-        return cls._evidence()[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace (no side effects)."""
-        return cls._evidence()[1]
-
-    @classmethod
-    def _evidence(cls) -> tuple[bool, str]:
+    def evidence(cls) -> Evidence:
+        """Detected when ``TORCHELASTIC_RUN_ID``, ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` are all set."""
         if _RUN_ID not in os.environ:
-            return False, f"{_RUN_ID} not set"
+            return Evidence.absent(f"{_RUN_ID} not set")
         missing = [name for name in _RANK_VARS if name not in os.environ]
         if missing:
-            return False, f"{_RUN_ID} set, but not {', '.join(missing)}"
-        return True, f"{_RUN_ID}={os.environ[_RUN_ID]}, WORLD_SIZE={os.environ['WORLD_SIZE']}"
+            return Evidence.absent(f"{_RUN_ID} set, but not {', '.join(missing)}")
+        return Evidence.found(f"{_RUN_ID}={os.environ[_RUN_ID]}, WORLD_SIZE={os.environ['WORLD_SIZE']}")
 
     @property
     def creates_processes_externally(self) -> bool:
