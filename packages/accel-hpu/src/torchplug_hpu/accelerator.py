@@ -6,6 +6,7 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 import torch
+from typing_extensions import override
 
 from torchplug import Accelerator
 from torchplug_hpu import _vendor
@@ -50,11 +51,13 @@ class HPUAccelerator(Accelerator):
     # -- availability and devices -------------------------------------------------------------
 
     @staticmethod
+    @override
     def is_available() -> bool:
         """Whether habana_frameworks is installed and sees at least one HPU."""
         return HPUAccelerator.unavailable_reason() is None
 
     @classmethod
+    @override
     def unavailable_reason(cls) -> str | None:
         """Why HPU training cannot run here: habana_frameworks missing or broken, or no HPU."""
         missing = _vendor.probe()
@@ -72,11 +75,13 @@ class HPUAccelerator(Accelerator):
         return None
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         """All the HPUs this process can see."""
         return _vendor.device_count()
 
     @staticmethod
+    @override
     def parse_devices(devices: Any) -> int:
         """Accept a number of HPUs (processes): a positive int, a string of digits, or ``-1`` for all."""
         if isinstance(devices, bool) or not isinstance(devices, (int, str)):
@@ -101,10 +106,12 @@ class HPUAccelerator(Accelerator):
         return count
 
     @staticmethod
+    @override
     def get_parallel_devices(devices: Any) -> list[torch.device]:
         """``hpu`` once per process: each process is given the next free HPU by the runtime."""
         return [torch.device("hpu")] * int(devices)
 
+    @override
     def setup_device(self, device: torch.device) -> None:
         """Load the HPU backend into this process (``habana_frameworks.torch.core``); checks the device type.
 
@@ -115,9 +122,11 @@ class HPUAccelerator(Accelerator):
             raise ValueError(f"The HPU accelerator cannot run on device {device}; expected an 'hpu' device.")
         _vendor.import_habana("habana_frameworks.torch.core")
 
+    @override
     def teardown(self) -> None:
         """Nothing to release."""
 
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Memory of the HPU from ``habana_frameworks.torch.hpu.memory_stats``: bytes used, peak and limit, allocations.
 
@@ -127,11 +136,13 @@ class HPUAccelerator(Accelerator):
         raw: Mapping[str, Any] = _vendor.hpu().memory_stats(device)
         return {ours: int(raw[theirs]) for theirs, ours in _STATS.items() if theirs in raw}
 
+    @override
     def get_rng_state(self) -> Any:
         """The HPU generator's state (a tensor), where habana_frameworks exposes it."""
         get_state = getattr(_vendor.hpu(), "get_rng_state", None)
         return get_state() if callable(get_state) else None
 
+    @override
     def set_rng_state(self, state: Any) -> None:
         """Restore what :meth:`get_rng_state` returned."""
         set_state = getattr(_vendor.hpu(), "set_rng_state", None)
@@ -140,6 +151,7 @@ class HPUAccelerator(Accelerator):
 
     # -- decisions the core delegates ---------------------------------------------------------
 
+    @override
     def precision_for(self, precision: str) -> str:
         """Map the user's precision name: ``"bf16-mixed"`` -> ``"hpu-bf16-mixed"``, ``"fp8"`` -> ``"hpu-fp8"``.
 

@@ -11,6 +11,7 @@ from collections.abc import Generator, Mapping
 from typing import Any, ClassVar, Final
 
 import torch
+from typing_extensions import override
 
 from torchplug import MisconfigurationError, Precision
 from torchplug.precision.half import cast_floating
@@ -100,6 +101,7 @@ class HPUPrecision(Precision):
             self._recipe = engine.recipe.DelayedScaling(**self._recipe_arg)
         return self._recipe if self._recipe is not None else self._recipe_arg
 
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """For fp8, replace ``torch.nn.Linear`` layers by the transformer engine's, keeping their weights."""
         if self.precision != "fp8" or not self.replace_layers:
@@ -110,6 +112,7 @@ class HPUPrecision(Precision):
         _replace_linear(module, engine)
         return module
 
+    @override
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast("hpu", bfloat16)``; for fp8, with the engine's ``fp8_autocast`` inside it."""
         return self._autocast()
@@ -123,10 +126,12 @@ class HPUPrecision(Precision):
             with _vendor.transformer_engine().fp8_autocast(enabled=True, fp8_recipe=self.recipe):
                 yield
 
+    @override
     def convert_output(self, data: Any) -> Any:
         """Cast the bfloat16 tensors of ``data`` (what autocast produced) back to float32."""
         return cast_floating(data, torch.float32)
 
+    @override
     def __repr__(self) -> str:
         return f"HPUPrecision(precision={self.precision!r})"
 

@@ -19,6 +19,7 @@ from typing import Any, Final, TypeVar
 import torch
 import torch.distributed as dist
 from torch.optim import Optimizer
+from typing_extensions import override
 
 from torchplug import Accelerator, CheckpointIO, ClusterEnvironment, MisconfigurationError, Precision
 from torchplug.strategies.ddp import DDPStrategy
@@ -98,14 +99,17 @@ class HPUSingleStrategy(HPUStrategyMixin, SingleDeviceStrategy):
         super().__init__(device, accelerator=accelerator, precision=precision, checkpoint_io=checkpoint_io)
 
     @property
+    @override
     def root_device(self) -> torch.device:
         """The HPU given, else the accelerator's, else ``hpu``."""
         return self._device or (self.parallel_devices[0] if self.parallel_devices else torch.device("hpu"))
 
+    @override
     def _configure_launcher(self) -> None:
         """No launcher; checks that the accelerator is the HPU."""
         check_hpu_accelerator(self.accelerator, "hpu_single")
 
+    @override
     def __repr__(self) -> str:
         return f"HPUSingleStrategy(device={self._device!s})" if self._device is not None else "HPUSingleStrategy()"
 
@@ -167,10 +171,12 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
 
     # -- set-up ---------------------------------------------------------------------------------
 
+    @override
     def _configure_launcher(self) -> None:
         check_hpu_accelerator(self.accelerator, "hpu_parallel")
         super()._configure_launcher()
 
+    @override
     def setup_environment(self) -> None:
         """Register the ``hccl`` backend (importing habana_frameworks' module for it), then join the group."""
         assert self.accelerator is not None, "the Trainer sets the accelerator before setup_environment()"
@@ -184,6 +190,7 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
     def _hccl() -> bool:
         return dist.is_available() and dist.is_initialized() and dist.get_backend() == "hccl"
 
+    @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
         """Reduce over every process (``"mean"``, ``"sum"``, ``"max"``, ``"min"``); other dtypes go through float32.
 
@@ -204,6 +211,7 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
             return work
         return (work.round() if not dtype.is_floating_point else work).to(dtype)
 
+    @override
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send any picklable ``obj`` from rank ``src``: its size as int32, then its bytes (no int64 tensor)."""
         if not self._hccl():
@@ -218,6 +226,7 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
         dist.broadcast(data, src=src)
         return pickle.loads(bytes(data.cpu().tolist()))  # type: ignore[no-any-return]
 
+    @override
     def __repr__(self) -> str:
         return (
             f"HPUParallelStrategy(start_method={self.start_method!r}, "

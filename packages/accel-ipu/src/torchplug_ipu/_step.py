@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from torchplug import MisconfigurationError, Precision
 from torchplug_ipu import _vendor
@@ -31,6 +32,7 @@ class StepModule(torch.nn.Module):
         self.step_name = step_name
         self._precision = precision
 
+    @override
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with self._precision.forward_context():
             output = getattr(self.module, self.step_name)(*args, **kwargs)

@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 import torch.multiprocessing as mp
+from typing_extensions import override
 
 from torchplug import Launcher, MisconfigurationError
 
@@ -58,10 +59,12 @@ class XLALauncher(Launcher):
         self.start_method = start_method
 
     @property
+    @override
     def is_interactive_compatible(self) -> bool:
         """Only ``fork`` works in a notebook (spawned processes cannot import the notebook's code)."""
         return self.start_method == "fork"
 
+    @override
     def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         """Run ``function`` in one process per device and return rank 0's result here."""
         xmp = _vendor.import_xla("torch_xla.distributed.xla_multiprocessing")

@@ -7,6 +7,7 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from torchplug import Accelerator
 from torchplug_tpu import _vendor
@@ -44,11 +45,13 @@ class XLAAccelerator(Accelerator):
     # -- availability and devices -------------------------------------------------------------
 
     @staticmethod
+    @override
     def is_available() -> bool:
         """Whether torch_xla is installed and sees at least one device (the runtime is not started)."""
         return XLAAccelerator.unavailable_reason() is None
 
     @classmethod
+    @override
     def unavailable_reason(cls) -> str | None:
         """Why TPU training cannot run here: torch_xla missing or broken, or no device."""
         missing = _vendor.probe()
@@ -68,28 +71,34 @@ class XLAAccelerator(Accelerator):
         return None
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         """All the XLA devices of this host (counted without starting the XLA runtime on TPUs)."""
         return _vendor.local_device_count()
 
     @staticmethod
+    @override
     def parse_devices(devices: Any) -> int | list[int]:
         """Accept 1, all devices (their number or -1), or one device index as ``[i]`` or ``"i,"``."""
         return _parse(devices, XLAAccelerator.auto_device_count())
 
     @staticmethod
+    @override
     def get_parallel_devices(devices: Any) -> list[torch.device]:
         """``xla:0`` ... ``xla:n-1`` for a count, ``xla:i`` for ``[i]`` (one entry per process)."""
         if isinstance(devices, list):
             return [torch.device("xla", devices[0])]
         return [torch.device("xla", index) for index in range(int(devices))]
 
+    @override
     def setup_device(self, device: torch.device) -> None:
         """Nothing to select: the XLA runtime gives each process its device."""
 
+    @override
     def teardown(self) -> None:
         """Nothing to release."""
 
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Device memory in bytes, from ``xm.get_memory_info``: used, limit and (where reported) peak."""
         info = dict(_vendor.xla_model().get_memory_info(device))
@@ -101,10 +110,12 @@ class XLAAccelerator(Accelerator):
         total, free = int(info["kb_total"]) * 1024, int(info["kb_free"]) * 1024  # older torch_xla
         return {"memory_used_bytes": total - free, "memory_limit_bytes": total}
 
+    @override
     def get_rng_state(self) -> Any:
         """The seed of this process's XLA generator (an int)."""
         return int(_vendor.xla_model().get_rng_state())
 
+    @override
     def set_rng_state(self, state: Any) -> None:
         """Restore what :meth:`get_rng_state` returned."""
         if state is not None:
@@ -112,6 +123,7 @@ class XLAAccelerator(Accelerator):
 
     # -- decisions the core delegates ---------------------------------------------------------
 
+    @override
     def precision_for(self, precision: str) -> str:
         """The XLA precision for the user's name: ``"bf16-true"`` -> ``"xla-bf16-true"``; others are refused."""
         return xla_precision_name(precision)

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from typing_extensions import override
+
 from torchplug import ClusterEnvironment
 from torchplug.environments import Evidence
 from torchplug_tpu import _vendor
@@ -31,16 +33,19 @@ class XLAEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 0
 
     @classmethod
+    @override
     def evidence(cls) -> Evidence:
         """Never detected: the XLA strategies bring this environment; name it to use it elsewhere."""
         return Evidence.absent("never detected: strategy='xla' and 'single_xla' bring it")
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """False: the XLA launcher starts one process per device."""
         return False
 
     @property
+    @override
     def main_address(self) -> str:
         """Not used: the XLA runtime does its own rendezvous."""
         raise NotImplementedError(
@@ -49,6 +54,7 @@ class XLAEnvironment(ClusterEnvironment):
         )
 
     @property
+    @override
     def main_port(self) -> int:
         """Not used: the XLA runtime does its own rendezvous."""
         raise NotImplementedError(
@@ -56,18 +62,22 @@ class XLAEnvironment(ClusterEnvironment):
             "Hint: use it with strategy='xla', not with a torch.distributed strategy such as 'ddp'."
         )
 
+    @override
     def world_size(self) -> int:
         """The number of processes taking part (``torch_xla.runtime.world_size()``)."""
         return int(_vendor.runtime().world_size())
 
+    @override
     def global_rank(self) -> int:
         """This process's rank among all (``torch_xla.runtime.global_ordinal()``)."""
         return int(_vendor.runtime().global_ordinal())
 
+    @override
     def local_rank(self) -> int:
         """This process's rank on its host (``torch_xla.runtime.local_ordinal()``)."""
         return int(_vendor.runtime().local_ordinal())
 
+    @override
     def node_rank(self) -> int:
         """The rank of this host (``torch_xla.runtime.host_index()``)."""
         return int(_vendor.runtime().host_index())

@@ -11,6 +11,7 @@ from collections.abc import Generator
 from typing import Any, ClassVar, Final
 
 import torch
+from typing_extensions import override
 
 from torchplug import MisconfigurationError, Precision
 from torchplug.precision.half import cast_floating, default_dtype
@@ -89,11 +90,13 @@ class XLAPrecision(Precision):
     def _true_half(self) -> bool:
         return self.precision in ("bf16-true", "16-true")
 
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Cast the module to :attr:`dtype` for ``bf16-true`` and ``16-true``; leave it as it is otherwise."""
         return module.to(dtype=self.dtype) if self._true_half else module
 
     @contextlib.contextmanager
+    @override
     def tensor_init_context(self) -> Generator[None, None, None]:
         """For the ``*-true`` halves, make :attr:`dtype` the default dtype inside the block."""
         if self._true_half:
@@ -102,6 +105,7 @@ class XLAPrecision(Precision):
         else:
             yield
 
+    @override
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """The default dtype for the ``*-true`` halves; ``torch_xla.amp.autocast`` for ``bf16-mixed``."""
         if self._true_half:
@@ -111,13 +115,16 @@ class XLAPrecision(Precision):
             return amp.autocast(_vendor.device(), dtype=torch.bfloat16)  # type: ignore[no-any-return]
         return contextlib.nullcontext()
 
+    @override
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point inputs to :attr:`dtype` for the ``*-true`` halves."""
         return cast_floating(data, self.dtype) if self._true_half else data
 
+    @override
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point outputs back to float32 (except in ``32-true``, where they are already)."""
         return data if self.precision == "32-true" else cast_floating(data, torch.float32)
 
+    @override
     def __repr__(self) -> str:
         return f"XLAPrecision(precision={self.precision!r})"

@@ -13,6 +13,7 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import torch
 from torch.optim import Optimizer
+from typing_extensions import override
 
 from torchplug import Accelerator, CheckpointIO, ClusterEnvironment, MisconfigurationError, Precision
 from torchplug.strategies.parallel import ParallelStrategy
@@ -76,6 +77,7 @@ class XLAStrategy(ParallelStrategy):
     # the runtime: starting it there would make torch_xla refuse to spawn the processes.
 
     @property
+    @override
     def root_device(self) -> torch.device:
         """This process's XLA device (known only inside the launched processes)."""
         if not self._launched:
@@ -86,36 +88,43 @@ class XLAStrategy(ParallelStrategy):
         return _vendor.device()
 
     @property
+    @override
     def global_rank(self) -> int:
         """This process's rank (0 before the launch)."""
         return super().global_rank if self._launched else 0
 
     @property
+    @override
     def local_rank(self) -> int:
         """This process's rank on its host (0 before the launch)."""
         return super().local_rank if self._launched else 0
 
     @property
+    @override
     def node_rank(self) -> int:
         """This host's rank (0 before the launch)."""
         return super().node_rank if self._launched else 0
 
     @property
+    @override
     def world_size(self) -> int:
         """The number of processes, from the runtime (this host's device count before the launch)."""
         return super().world_size if self._launched else self.num_processes
 
     @property
+    @override
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
         """Each process reads the shard of its global rank; the runtime knows how many there are."""
         return {"num_replicas": self.world_size, "rank": self.global_rank}
 
     # -- set-up ---------------------------------------------------------------------------------
 
+    @override
     def precision_for(self, precision: str) -> str:
         """The XLA precision for a core precision name (other names are kept)."""
         return XLA_PRECISIONS.get(precision, precision)
 
+    @override
     def _configure_launcher(self) -> None:
         accelerator = self.accelerator
         if accelerator is None or accelerator.device_type != "xla":
@@ -131,27 +140,32 @@ class XLAStrategy(ParallelStrategy):
             )
         self.launcher = XLALauncher(self, self.start_method)
 
+    @override
     def set_world_ranks(self) -> None:
         """Nothing to set: the XLA runtime numbers the processes."""
 
+    @override
     def setup_environment(self) -> None:
         """Mark this process launched; the runtime has already joined it to the others."""
         self._launched = True
         assert self.accelerator is not None, "the Trainer sets the accelerator before setup_environment()"
         self.accelerator.setup_device(self.root_device)
 
+    @override
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Give every process rank 0's parameters and buffers (``xm.broadcast_master_param``)."""
         if self.sync_module_states and self.world_size > 1:
             _vendor.xla_model().broadcast_master_param(module)
         return module
 
+    @override
     def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
         """Wrap the loader in torch_xla's ``MpDeviceLoader`` (batches arrive on the device)."""
         return _vendor.device_loader(dataloader, self.root_device)
 
     # -- steps ----------------------------------------------------------------------------------
 
+    @override
     def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
         """Backward through the precision, then average the gradients over the processes (unless accumulating)."""
         super().backward(loss, optimizer)
@@ -169,6 +183,7 @@ class XLAStrategy(ParallelStrategy):
             xm.all_reduce(xm.REDUCE_SUM, gradients, scale=1.0 / self.world_size)
 
     @contextlib.contextmanager
+    @override
     def no_backward_sync(self, enabled: bool = True) -> Generator[None, None, None]:
         """Skip the gradient all-reduce inside the block (for gradient accumulation)."""
         previous, self._sync_gradients = self._sync_gradients, not enabled
@@ -177,6 +192,7 @@ class XLAStrategy(ParallelStrategy):
         finally:
             self._sync_gradients = previous
 
+    @override
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         """Step through the precision plugin, then run the step's graph on the device (``torch_xla.sync``)."""
         result = super().optimizer_step(optimizer, closure)
@@ -185,11 +201,13 @@ class XLAStrategy(ParallelStrategy):
 
     # -- collectives ----------------------------------------------------------------------------
 
+    @override
     def barrier(self, name: str | None = None) -> None:
         """Wait for every process (``xm.rendezvous``); nothing to wait for before the launch."""
         if self._launched and self.world_size > 1:
             _vendor.xla_model().rendezvous(name or "torchplug_tpu.barrier")
 
+    @override
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send ``obj`` (a tensor or any picklable object) from rank ``src`` to every process."""
         if not self._launched or self.world_size == 1:
@@ -212,6 +230,7 @@ class XLAStrategy(ParallelStrategy):
         _vendor.xla_model().collective_broadcast([on_device], root_ordinal=src)
         return on_device
 
+    @override
     def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
         """Gather ``tensor`` from every process, stacked on a new first dimension of size world_size."""
         if not self._launched or self.world_size == 1:
@@ -222,6 +241,7 @@ class XLAStrategy(ParallelStrategy):
             return functions.all_gather(value, dim=0)  # type: ignore[no-any-return]
         return _vendor.xla_model().all_gather(value, dim=0)  # type: ignore[no-any-return]
 
+    @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
         """Reduce over every process: ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``."""
         op = (reduce_op or "mean").lower()
@@ -236,6 +256,7 @@ class XLAStrategy(ParallelStrategy):
         reduced = xm.all_reduce(getattr(xm, _REDUCE_OPS[op]), value)
         return reduced / self.world_size if op == "mean" else reduced
 
+    @override
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """True if every process (``all=True``) or any process decided True."""
         if not self._launched or self.world_size == 1:
@@ -245,11 +266,13 @@ class XLAStrategy(ParallelStrategy):
 
     # -- checkpoints ----------------------------------------------------------------------------
 
+    @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
         """Run every process's pending graph (it may hold collectives), then write from rank 0 only."""
         _vendor.sync()
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
+    @override
     def __repr__(self) -> str:
         return f"XLAStrategy(start_method={self.start_method!r}, sync_module_states={self.sync_module_states})"
 
@@ -280,6 +303,7 @@ class SingleXLAStrategy(SingleDeviceStrategy):
         self._root: torch.device | None = None
 
     @property
+    @override
     def root_device(self) -> torch.device:
         """The XLA device, as torch_xla names it (asked once; this starts the XLA runtime)."""
         if self._root is None:
@@ -287,24 +311,29 @@ class SingleXLAStrategy(SingleDeviceStrategy):
             self._root = _vendor.device(chosen.index if chosen is not None else None)
         return self._root
 
+    @override
     def precision_for(self, precision: str) -> str:
         """The XLA precision for a core precision name (other names are kept)."""
         return XLA_PRECISIONS.get(precision, precision)
 
+    @override
     def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
         """Wrap the loader in torch_xla's ``MpDeviceLoader`` (batches arrive on the device)."""
         return _vendor.device_loader(dataloader, self.root_device)
 
+    @override
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         """Step through the precision plugin, then run the step's graph on the device (``torch_xla.sync``)."""
         result = super().optimizer_step(optimizer, closure)
         _vendor.sync()
         return result
 
+    @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
         """Run the pending graph, then write the checkpoint through the checkpoint IO."""
         _vendor.sync()
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
+    @override
     def __repr__(self) -> str:
         return f"SingleXLAStrategy(device={self._device!s})" if self._device is not None else "SingleXLAStrategy()"

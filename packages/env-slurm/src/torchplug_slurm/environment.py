@@ -26,6 +26,8 @@ import signal
 import warnings
 from typing import TYPE_CHECKING, ClassVar, Final
 
+from typing_extensions import override
+
 from torchplug import ClusterEnvironment, MisconfigurationError
 from torchplug.environments import Evidence
 from torchplug.utilities.rank_zero import log, rank_zero_warn
@@ -97,6 +99,7 @@ class SLURMEnvironment(ClusterEnvironment):
     # -- detection ----------------------------------------------------------------------------
 
     @classmethod
+    @override
     def evidence(cls) -> Evidence:
         """Whether this process is a task of a SLURM job step (see the module docstring), and what says so."""
         return _evidence(SlurmVariables.current(), os.getpid())
@@ -108,42 +111,52 @@ class SLURMEnvironment(ClusterEnvironment):
         return SlurmVariables.current()
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: ``srun`` started every task; torchplug must not start more."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """``MASTER_ADDR``, else the first node of ``SLURM_STEP_NODELIST`` (then the job's nodelist)."""
         return main_address(self._vars)
 
     @property
+    @override
     def main_port(self) -> int:
         """``MASTER_PORT``, else a port derived from the job and step ids (:mod:`torchplug_slurm._rendezvous`)."""
         return main_port(self._vars)
 
+    @override
     def world_size(self) -> int:
         """``SLURM_NTASKS``: the tasks of this step."""
         return self._vars.num_tasks
 
+    @override
     def global_rank(self) -> int:
         """``SLURM_PROCID``."""
         return self._vars.integer("SLURM_PROCID")
 
+    @override
     def local_rank(self) -> int:
         """``SLURM_LOCALID``."""
         return self._vars.integer("SLURM_LOCALID")
 
+    @override
     def node_rank(self) -> int:
         """``SLURM_NODEID``."""
         return self._vars.integer("SLURM_NODEID")
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Ignored: SLURM decides (``validate_settings`` reports a disagreement)."""
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Ignored: SLURM decides."""
 
+    @override
     def processes_per_node(self) -> int | None:
         """The tasks SLURM placed on this node (from the step's ``SLURM_STEP_TASKS_PER_NODE``, ``"2(x3),1"``)."""
         layout = self._vars.tasks_per_node
@@ -155,6 +168,7 @@ class SLURMEnvironment(ClusterEnvironment):
             raise MisconfigurationError(f"SLURM_NODEID={node}, but {name} lists only {len(counts)} node(s): {counts}.")
         return counts[node]
 
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices=`` and ``num_nodes=`` against what SLURM started, with a hint in SLURM's words.
 
@@ -190,6 +204,7 @@ class SLURMEnvironment(ClusterEnvironment):
 
     # -- preemption ---------------------------------------------------------------------------
 
+    @override
     def setup_preemption(self) -> bool:
         """Install the handlers (requeue signal, SIGTERM), which only set flags; False with ``auto_requeue=False``."""
         if not self.auto_requeue:
@@ -206,10 +221,12 @@ class SLURMEnvironment(ClusterEnvironment):
         self._watch = watch
         return True
 
+    @override
     def preemption_requested(self) -> bool:
         """Whether the requeue signal (or a deferred SIGTERM) arrived: a flag read."""
         return self._watch is not None and self._watch.requested
 
+    @override
     def preemption_checkpoint_path(self, root_dir: str) -> str:
         """``<root_dir>/hpc_ckpt_<job id>.ckpt`` (``<array job id>_<task id>`` for an array task)."""
         key = self._vars.job_key
@@ -217,6 +234,7 @@ class SLURMEnvironment(ClusterEnvironment):
             return super().preemption_checkpoint_path(root_dir)
         return f"{root_dir.rstrip('/')}/hpc_ckpt_{key}.ckpt"
 
+    @override
     def requeue(self) -> None:
         """Run ``scontrol requeue <job id>`` (no shell), unless only a SIGTERM arrived (SLURM ends the job itself).
 
@@ -234,6 +252,7 @@ class SLURMEnvironment(ClusterEnvironment):
         output = requeue_job(key)
         log.info("Requeued SLURM job %s%s", key, f": {output}" if output else "")
 
+    @override
     def resume_checkpoint_path(self, root_dir: str, checkpoint_io: CheckpointIO) -> str | None:
         """The preemption checkpoint, when SLURM restarted this job (``SLURM_RESTART_COUNT`` > 0) and it exists.
 
@@ -253,12 +272,14 @@ class SLURMEnvironment(ClusterEnvironment):
         )
         return None
 
+    @override
     def teardown_preemption(self) -> None:
         """Restore the previous handlers; a SIGTERM held back meanwhile is delivered now."""
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.uninstall()
 
+    @override
     def __repr__(self) -> str:
         return f"SLURMEnvironment(auto_requeue={self.auto_requeue}, requeue_signal={self.requeue_signal.name})"
 

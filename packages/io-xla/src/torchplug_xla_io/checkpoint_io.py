@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from typing_extensions import override
+
 from torchplug import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.utilities.apply import apply_to_tensors
@@ -44,6 +46,7 @@ class XLACheckpointIO(CheckpointIO):
         """Whether saves are flushed to the disk before the rename."""
         return self._writer.fsync
 
+    @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None = None) -> None:
         """Move ``checkpoint``'s tensors to the CPU and write it to ``path`` atomically."""
         if storage_options is not None:
@@ -53,6 +56,7 @@ class XLACheckpointIO(CheckpointIO):
             )
         self._writer.save_checkpoint(to_cpu(checkpoint), path)
 
+    @override
     def load_checkpoint(self, path: str, map_location: Any | None = None, weights_only: bool = True) -> dict[str, Any]:
         """Read the checkpoint at ``path``: onto ``map_location``, else the XLA device when torch_xla is installed."""
         checkpoint = self._writer.load_checkpoint(
@@ -64,14 +68,17 @@ class XLACheckpointIO(CheckpointIO):
                 checkpoint = apply_to_tensors(checkpoint, lambda t: t.to(device))
         return checkpoint
 
+    @override
     def remove_checkpoint(self, path: str) -> None:
         """Delete the checkpoint at ``path``; nothing happens if it is already gone."""
         self._writer.remove_checkpoint(path)
 
+    @override
     def exists(self, path: str) -> bool:
         """Whether a checkpoint exists at ``path``."""
         return self._writer.exists(path)
 
+    @override
     def __repr__(self) -> str:
         return f"XLACheckpointIO(fsync={self.fsync})"
 

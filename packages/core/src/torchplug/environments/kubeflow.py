@@ -8,6 +8,8 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
+from typing_extensions import override
+
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int, read_text
 from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
@@ -40,6 +42,7 @@ class KubeflowEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 60
 
     @classmethod
+    @override
     def evidence(cls) -> Evidence:
         """Detected inside a Kubernetes pod that has the PyTorchJob variables and was not started by torchrun."""
         missing = Evidence.unset(_REQUIRED)
@@ -50,11 +53,13 @@ class KubeflowEnvironment(ClusterEnvironment):
         return Evidence.found(f"KUBERNETES_SERVICE_HOST, MASTER_ADDR set, WORLD_SIZE={os.environ['WORLD_SIZE']}")
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: the operator started the pods, one process each; torchplug must not spawn."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """``MASTER_ADDR``: the master replica's service name, set by the operator.
 
@@ -64,6 +69,7 @@ class KubeflowEnvironment(ClusterEnvironment):
         return read_text("kubeflow", "MASTER_ADDR", _HINT)
 
     @property
+    @override
     def main_port(self) -> int:
         """``MASTER_PORT``, set by the operator.
 
@@ -72,32 +78,40 @@ class KubeflowEnvironment(ClusterEnvironment):
         """
         return _read_int("MASTER_PORT")
 
+    @override
     def world_size(self) -> int:
         """``WORLD_SIZE``: the number of pods (one process each)."""
         return _read_int("WORLD_SIZE")
 
+    @override
     def global_rank(self) -> int:
         """``RANK``: this pod's index."""
         return _read_int("RANK")
 
+    @override
     def local_rank(self) -> int:
         """Always 0: one process per pod."""
         return 0
 
+    @override
     def node_rank(self) -> int:
         """``RANK``: with one process per pod, each pod is a node."""
         return self.global_rank()
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Ignored: the PyTorchJob's replica count decides the world size."""
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Ignored: the operator decides the ranks."""
 
+    @override
     def processes_per_node(self) -> int | None:
         """Always 1: one process per pod."""
         return 1
 
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices=``/``num_nodes=`` against one process per pod and ``WORLD_SIZE`` pods.
 
@@ -131,6 +145,7 @@ class KubeflowEnvironment(ClusterEnvironment):
                 f"Hint: set `num_nodes={world_size}`."
             )
 
+    @override
     def teardown(self) -> None:
         """Nothing to undo: this environment never writes ``os.environ``."""
 

@@ -9,6 +9,8 @@ import os
 import socket
 from typing import ClassVar
 
+from typing_extensions import override
+
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int
 from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
@@ -49,6 +51,7 @@ class LSFEnvironment(ClusterEnvironment):
         self._hosts: list[str] | None = None
 
     @classmethod
+    @override
     def evidence(cls) -> Evidence:
         """Detected when the LSF and jsrun variables are set and the rankfile exists.
 
@@ -66,11 +69,13 @@ class LSFEnvironment(ClusterEnvironment):
         )
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: jsrun started every process; torchplug must not spawn more."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """The first compute host in ``LSB_DJOB_RANKFILE`` (the launch node on its first line skipped).
 
@@ -80,6 +85,7 @@ class LSFEnvironment(ClusterEnvironment):
         return self._compute_hosts()[0]
 
     @property
+    @override
     def main_port(self) -> int:
         """``MASTER_PORT`` when set, else a port derived from ``LSB_JOBID`` and ``LSB_JOBINDEX`` (see the class).
 
@@ -92,18 +98,22 @@ class LSFEnvironment(ClusterEnvironment):
         index = _read_int("LSB_JOBINDEX") if os.environ.get("LSB_JOBINDEX") else 0
         return _PORT_BASE + (job_id + _INDEX_STRIDE * index) % _PORT_SPAN
 
+    @override
     def world_size(self) -> int:
         """``JSM_NAMESPACE_SIZE``: the number of processes jsrun started."""
         return _read_int("JSM_NAMESPACE_SIZE")
 
+    @override
     def global_rank(self) -> int:
         """``JSM_NAMESPACE_RANK``: this process's rank among all processes."""
         return _read_int("JSM_NAMESPACE_RANK")
 
+    @override
     def local_rank(self) -> int:
         """``JSM_NAMESPACE_LOCAL_RANK``: this process's rank on its node."""
         return _read_int("JSM_NAMESPACE_LOCAL_RANK")
 
+    @override
     def node_rank(self) -> int:
         """This host's index among the distinct compute hosts of ``LSB_DJOB_RANKFILE``, in file order.
 
@@ -126,16 +136,20 @@ class LSFEnvironment(ClusterEnvironment):
             "Hint: run the training processes through `jsrun` on the job's compute hosts."
         )
 
+    @override
     def processes_per_node(self) -> int | None:
         """None: LSF does not say (the rankfile lists slots, not processes), so set ``devices=`` explicitly."""
         return None
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Ignored: jsrun decides the world size."""
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Ignored: jsrun decides the ranks."""
 
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check that ``devices`` × ``num_nodes`` equals the number of processes jsrun started.
 
@@ -155,6 +169,7 @@ class LSFEnvironment(ClusterEnvironment):
                 f"so that devices × num_nodes = {world_size}, or change `jsrun --nrs/--tasks_per_rs`."
             )
 
+    @override
     def teardown(self) -> None:
         """Nothing to undo: this environment never writes ``os.environ``."""
 
