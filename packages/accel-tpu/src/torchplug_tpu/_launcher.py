@@ -44,7 +44,7 @@ class XLALauncher(Launcher):
 
     Args:
         strategy: The XLA strategy being launched.
-        start_method: ``"fork"`` (the default, as in Lightning: works in notebooks), ``"spawn"`` or
+        start_method: ``"fork"`` (the default: works in notebooks), ``"spawn"`` or
             ``"forkserver"``. torch_xla's process pool pickles the Trainer, model and data with any
             of them; with ``spawn`` they must also be importable in the new processes.
     """

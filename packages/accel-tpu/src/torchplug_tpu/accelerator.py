@@ -19,7 +19,7 @@ __all__ = ["XLAAccelerator"]
 class XLAAccelerator(Accelerator):
     """Train on TPUs through torch_xla (imported the first time the accelerator is used).
 
-    ``devices=`` takes what Lightning takes: ``1``, all the devices of the host (their number,
+    ``devices=`` takes ``1``, all the devices of the host (their number,
     ``-1`` or ``"auto"``), or one device by index (``[i]`` or ``"i,"``). One device trains in this
     process (``strategy="single_xla"``); all of them start one process each (``strategy="xla"``).
 

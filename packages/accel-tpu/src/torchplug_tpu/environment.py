@@ -20,7 +20,7 @@ __all__ = ["XLAEnvironment"]
 class XLAEnvironment(ClusterEnvironment):
     """The processes of an XLA run, as the torch_xla (PJRT) runtime numbers them.
 
-    Never detected automatically (``detect()`` is always False), as in Lightning: the XLA
+    Never detected automatically (``detect()`` is always False): the XLA
     strategies create it themselves, and a TPU VM has no variable that would tell a plain script
     from one launched per device. The runtime does its own rendezvous, so there is no main
     address or port, and the setters are ignored: the runtime decides the ranks.

@@ -58,9 +58,8 @@ class XLAPrecision(Precision):
     * ``32-true``: float32 everywhere.
     * ``bf16-true`` and ``16-true``: the module's floating-point parameters and buffers, the
       inputs and the default dtype are 16 bits (as the core's ``HalfPrecision``). This is what
-      torch_xla recommends since it deprecated ``XLA_USE_BF16``/``XLA_USE_F16``, which
-      Lightning still sets: those variables change every float tensor of the process, these
-      plugins only the model's.
+      torch_xla recommends since it deprecated ``XLA_USE_BF16``/``XLA_USE_F16``: those
+      variables change every float tensor of the process, these plugins only the model's.
     * ``bf16-mixed``: float32 weights, the forward pass under ``torch_xla.amp.autocast`` in
       bfloat16 (no loss scaler is needed in bfloat16).
 

@@ -9,8 +9,7 @@ The port
     ports of outgoing connections, including SLURM's own ``srun`` ports) and above the well-known
     and most registered services. Two steps of one job never share a port (unless their step ids
     differ by a multiple of 12000), so concurrent ``srun`` steps in one allocation do not collide,
-    and neither do the first steps of any two jobs whose ids differ by less than 12000. Lightning
-    uses ``15000 + last four digits of the job id``, the same for every step of a job.
+    and neither do the first steps of any two jobs whose ids differ by less than 12000.
 """
 
 from __future__ import annotations

@@ -10,8 +10,8 @@ for a SLURM task when all of these hold:
 2. ``SLURM_PROCID`` and ``SLURM_NTASKS`` are set (ranks can be read).
 3. It is not an interactive shell started with ``srun --pty bash``: ``SLURM_PTY_PORT`` is set and
    this process is not the task itself (``SLURM_TASK_PID`` differs from its PID).
-4. ``SLURM_JOB_NAME`` is not ``interactive`` or ``bash`` for a single-task step: Lightning's
-   escape hatch (``srun --job-name=interactive``) keeps working. With several tasks the name is
+4. ``SLURM_JOB_NAME`` is not ``interactive`` or ``bash`` for a single-task step: the
+   escape hatch ``srun --job-name=interactive`` keeps working. With several tasks the name is
    ignored: ``salloc`` names its jobs ``interactive``, so every ``srun -n2`` inside a ``salloc``
    would be missed, and several tasks that each train alone are never what was meant.
 

@@ -21,8 +21,7 @@ class XLACheckpointIO(CheckpointIO):
     torch_xla, so the file loads without torch_xla and with ``weights_only=True``. The file is
     then written by the core's :class:`~torchplug.io.TorchCheckpointIO`: a hidden temporary file
     beside the target, renamed over it once complete, on any fsspec filesystem. A crash or a
-    kill in the middle of a save leaves the previous checkpoint intact (Lightning's
-    ``XLACheckpointIO`` calls ``torch.save`` on the target directly).
+    kill in the middle of a save leaves the previous checkpoint intact.
 
     Every call writes: which process saves is the strategy's decision (torchplug's strategies
     save from global rank 0 only), so this IO does not consult ``xm.is_master_ordinal``.

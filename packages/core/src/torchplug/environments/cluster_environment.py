@@ -83,7 +83,7 @@ class ClusterEnvironment(ABC):
         def evidence(cls) -> Evidence:
             return Evidence.unset(("ACME_JOB", "ACME_RANK")) or Evidence.found(f"ACME_JOB={os.environ['ACME_JOB']}")
 
-    A class that overrides :meth:`detect` itself (the Lightning form) keeps working: its
+    A class that overrides :meth:`detect` itself (the Lightning-compatible form) keeps working: its
     :meth:`detect` is asked, and it has no reason to show unless it overrides :meth:`evidence` too.
     """
 

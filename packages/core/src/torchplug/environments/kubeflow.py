@@ -34,7 +34,7 @@ class KubeflowEnvironment(ClusterEnvironment):
     processes per pod, start them with ``torchrun`` (``nprocPerNode`` in the PyTorchJob): torchplug
     then detects the ``torchelastic`` environment instead.
 
-    Detection asks for strong signals only (Lightning matched any Kubernetes pod): it needs
+    Detection asks for strong signals only: it needs
     ``KUBERNETES_SERVICE_HOST`` *and* ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK``,
     and no torchrun (``TORCHELASTIC_RUN_ID`` unset). Nothing is written to ``os.environ``.
     """

@@ -35,14 +35,14 @@ class LSFEnvironment(ClusterEnvironment):
 
     Ranks come from ``JSM_NAMESPACE_SIZE``, ``JSM_NAMESPACE_RANK`` and ``JSM_NAMESPACE_LOCAL_RANK``.
     The compute hosts are read, on first use, from the file ``LSB_DJOB_RANKFILE`` names (one line
-    per slot); its first line is the launch node, which runs no training process, and is skipped,
-    as Lightning does. The first compute host is the rendezvous address; the node rank is this
-    host's index among the distinct compute hosts, in file order. Nothing is written to ``os.environ``.
+    per slot); its first line is the launch node, which runs no training process, and is skipped.
+    The first compute host is the rendezvous address; the node rank is this host's index among the
+    distinct compute hosts, in file order. Nothing is written to ``os.environ``.
 
     The port is ``MASTER_PORT`` when set. Otherwise it is derived from the job: ``10000 +
-    (LSB_JOBID + 7919 × LSB_JOBINDEX) % 20000``. Lightning uses ``10000 + LSB_JOBID % 1000``; the
-    wider range gives 20000 consecutive job ids (not 1000) distinct ports, the array index keeps
-    concurrent elements of one array job apart, and the range stays below the OS's ephemeral ports.
+    (LSB_JOBID + 7919 × LSB_JOBINDEX) % 20000``: 20000 consecutive job ids get distinct ports, the
+    array index keeps concurrent elements of one array job apart, and the range stays below the
+    OS's ephemeral ports.
     """
 
     detect_priority: ClassVar[int] = 80
