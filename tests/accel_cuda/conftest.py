@@ -11,7 +11,7 @@ from collections.abc import Callable
 import pytest
 import torch
 
-from torchplug_cuda import usable
+from torchplug_cuda import _usable as usable
 
 FakeGPUs = Callable[[int], None]
 

@@ -15,7 +15,7 @@ import torch
 
 from tests.accel_cuda.conftest import FakeGPUs
 from torchplug.accelerators.cpu import CPUAccelerator
-from torchplug_cuda import CUDAAccelerator, _probe
+from torchplug_cuda import CUDAAccelerator, _vendor
 
 CORE_PRECISIONS = ["64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true"]
 
@@ -95,7 +95,7 @@ def cuda_build_without_gpus(fake_gpus: FakeGPUs, monkeypatch: pytest.MonkeyPatch
     monkeypatch.setattr(torch.version, "hip", None)
     driver = tmp_path / "version"
     driver.write_text("NVRM version: NVIDIA UNIX Open Kernel Module for x86_64  550.54.15  Release Build\n")
-    monkeypatch.setattr(_probe, "DRIVER_VERSION_FILE", str(driver))
+    monkeypatch.setattr(_vendor, "DRIVER_VERSION_FILE", str(driver))
     return driver
 
 
@@ -287,7 +287,7 @@ def test_device_stats_add_the_nvml_gauges_each_board_has(
 
 
 def test_environment_report_on_this_machine() -> None:
-    from torchplug_cuda._report import environment_report
+    from torchplug_cuda._vendor import environment_report
 
     report = environment_report()
     assert report["available"] is False
@@ -312,7 +312,7 @@ def test_environment_report_on_this_machine() -> None:
 def test_environment_report_lists_each_gpu(
     cuda_build_without_gpus: Path, fake_gpus: FakeGPUs, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from torchplug_cuda._report import environment_report
+    from torchplug_cuda._vendor import environment_report
 
     fake_gpus(2)
     h100 = SimpleNamespace(

@@ -20,7 +20,7 @@ from torchplug.accelerators.cpu import CPUAccelerator
 from torchplug.precision.amp import MixedPrecision
 from torchplug.strategies.ddp import DDPStrategy
 from torchplug.strategies.single_device import SingleDeviceStrategy
-from torchplug_cuda import CUDAAccelerator, _probe
+from torchplug_cuda import CUDAAccelerator, _vendor
 
 NO_CUDA_BUILD = (
     f"torch was built without CUDA (torch {torch.__version__}). Hint: install a CUDA build of torch "
@@ -102,7 +102,7 @@ def run_listing(*args: str) -> tuple[dict[str, Any], dict[str, Any]]:
 def test_the_listing_shows_cuda_unavailable_with_the_reason_without_importing_torch() -> None:
     listing, process = run_listing("--kind", "accelerator")
     assert process["exit_code"] == 0
-    assert process["modules"] == ["torchplug_cuda", "torchplug_cuda._plugin", "torchplug_cuda._probe"]
+    assert process["modules"] == ["torchplug_cuda", "torchplug_cuda._plugin", "torchplug_cuda._vendor"]
     cuda = next(e for e in listing["entries"] if e["name"] == "cuda")
     assert cuda == {
         "kind": "accelerator",
@@ -161,7 +161,7 @@ def test_auto_picks_cuda_where_a_gpu_is_visible(
         importlib.metadata, "version", lambda name: "2.13.0+cu128" if name == "torch" else real_version(name)
     )
     (tmp_path / "nvidia-version").write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  550.54.15\n")
-    monkeypatch.setattr(_probe, "DRIVER_VERSION_FILE", str(tmp_path / "nvidia-version"))
+    monkeypatch.setattr(_vendor, "DRIVER_VERSION_FILE", str(tmp_path / "nvidia-version"))
     monkeypatch.setattr(sys, "platform", "linux")
     fake_gpus(2)
     trainer = torchplug.Trainer(**quiet(tmp_path, devices=1))

@@ -11,7 +11,7 @@ import torch
 
 from tests.accel_cuda.conftest import FakeGPUs
 from torchplug_cuda import find_usable_cuda_devices
-from torchplug_cuda.usable import REUSE_ENV, try_cuda_devices
+from torchplug_cuda._usable import REUSE_ENV, try_cuda_devices
 
 BUSY = "CUDA error: CUDA-capable device(s) is/are busy or unavailable"
 HINT = (

@@ -11,7 +11,7 @@ import torchplug
 from tests.accel_hpu.fake import NOT_INSTALLED
 from tests.accel_hpu.models import quiet
 from torchplug import MisconfigurationError, PluginUnavailableError, UnknownPluginError
-from torchplug_hpu import HabanaUnavailableError, HPUAccelerator, HPUPrecision, _habana
+from torchplug_hpu import HabanaUnavailableError, HPUAccelerator, HPUPrecision, _vendor
 
 pytestmark = pytest.mark.usefixtures("no_habana")
 
@@ -43,8 +43,8 @@ def test_auto_passes_over_the_hpu(tmp_path: Path) -> None:
         pytest.param(lambda: HPUAccelerator().get_device_stats(torch.device("hpu")), id="device-stats"),
         pytest.param(lambda: HPUAccelerator().setup_device(torch.device("hpu")), id="setup_device"),
         pytest.param(lambda: HPUPrecision("fp8"), id="fp8"),
-        pytest.param(lambda: _habana.mark_step(), id="mark_step"),
-        pytest.param(lambda: _habana.import_hccl(), id="hccl"),
+        pytest.param(lambda: _vendor.mark_step(), id="mark_step"),
+        pytest.param(lambda: _vendor.import_hccl(), id="hccl"),
     ],
 )
 def test_using_a_plugin_raises_the_same_hint(use: object) -> None:

@@ -23,7 +23,7 @@ import torch.distributed as dist
 import torchplug
 from tests.accel_hpu.fake import subprocess_env
 from tests.accel_hpu.models import quiet, reference_weights
-from torchplug_hpu import HPUParallelStrategy, _habana
+from torchplug_hpu import HPUParallelStrategy, _vendor
 
 SCRIPT = Path(__file__).parent / "scripts" / "train_hpu.py"
 
@@ -125,7 +125,7 @@ class TestTwoProcesses:
 
 
 def test_the_hccl_backend_is_registered_before_joining(fake_habana: object) -> None:
-    _habana.import_hccl()
+    _vendor.import_hccl()
     assert dist.Backend.HCCL == "hccl"  # type: ignore[attr-defined]
 
 

@@ -13,12 +13,12 @@ import pytest
 import torchplug
 from tests.accel_hpu.fake import NOT_INSTALLED, subprocess_env
 from tests.plugin_listing_support import entries_of, plugins_listing
-from torchplug_hpu import _habana, _plugin
+from torchplug_hpu import _plugin, _vendor
 
 NAMES = {
     ("accelerator", "hpu"): "torchplug_hpu.accelerator:HPUAccelerator",
-    ("strategy", "hpu_single"): "torchplug_hpu.single:HPUSingleStrategy",
-    ("strategy", "hpu_parallel"): "torchplug_hpu.parallel:HPUParallelStrategy",
+    ("strategy", "hpu_single"): "torchplug_hpu.strategy:HPUSingleStrategy",
+    ("strategy", "hpu_parallel"): "torchplug_hpu.strategy:HPUParallelStrategy",
     ("precision", "hpu-bf16-mixed"): "torchplug_hpu.precision:HPUPrecision",
     ("precision", "hpu-fp8"): "torchplug_hpu.precision:HPUPrecision",
 }
@@ -40,7 +40,7 @@ def test_every_name_is_registered_lazily_by_accel_hpu() -> None:
         entry = torchplug.plugin_host().registry(kind).resolve(name)
         assert entry.target_path == target
         assert entry.provider.distribution == "accel-hpu" and entry.provider.version == "0.1.0"
-        assert entry.probe == "torchplug_hpu._habana:probe"
+        assert entry.probe == "torchplug_hpu._vendor:probe"
     precisions = torchplug.plugin_host().registry("precision")
     assert precisions.resolve("hpu-bf16-mixed").init_params == {"precision": "bf16-mixed"}
     assert precisions.resolve("hpu-fp8").init_params == {"precision": "fp8"}
@@ -71,7 +71,7 @@ def test_check_imports_the_accelerator_and_counts_the_hpus() -> None:
 
 def test_the_plugin_modules_import_nothing_heavy_even_with_habana_installed() -> None:
     code = (
-        "import sys, torchplug_hpu, torchplug_hpu._plugin, torchplug_hpu._habana\n"
+        "import sys, torchplug_hpu, torchplug_hpu._plugin, torchplug_hpu._vendor\n"
         f"print(sorted({{m.split('.')[0] for m in sys.modules}} & {HEAVY!r}))"
     )
     result = subprocess.run(
@@ -86,12 +86,12 @@ def test_the_plugin_modules_import_nothing_heavy_even_with_habana_installed() ->
 
 
 def test_probe_looks_for_habana_without_importing_it(no_habana: None) -> None:
-    assert _habana.probe() == NOT_INSTALLED
+    assert _vendor.probe() == NOT_INSTALLED
     assert "habana_frameworks" not in sys.modules
 
 
 def test_probe_is_satisfied_by_an_installed_habana(fake_habana: ModuleType) -> None:
-    assert _habana.probe() is None
+    assert _vendor.probe() is None
 
 
 def test_environment_report_without_habana(no_habana: None) -> None:

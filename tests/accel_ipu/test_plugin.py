@@ -12,7 +12,7 @@ import pytest
 import torchplug
 from tests.accel_ipu.fake import NOT_INSTALLED, subprocess_env
 from tests.plugin_listing_support import entries_of, plugins_listing
-from torchplug_ipu import _plugin, _poptorch
+from torchplug_ipu import _plugin, _vendor
 
 NAMES = {
     ("accelerator", "ipu"): "torchplug_ipu.accelerator:IPUAccelerator",
@@ -37,7 +37,7 @@ def test_every_name_is_registered_lazily_by_accel_ipu() -> None:
         entry = torchplug.plugin_host().registry(kind).resolve(name)
         assert entry.target_path == target
         assert entry.provider.distribution == "accel-ipu" and entry.provider.version == "0.1.0"
-        assert entry.probe == "torchplug_ipu._poptorch:probe"
+        assert entry.probe == "torchplug_ipu._vendor:probe"
     precisions = torchplug.plugin_host().registry("precision")
     assert {name: precisions.resolve(name).init_params for name in ("ipu-32-true", "ipu-16-mixed", "ipu-16-true")} == {
         "ipu-32-true": {"precision": "32-true"},
@@ -71,7 +71,7 @@ def test_check_imports_the_accelerator_and_counts_the_ipus() -> None:
 
 def test_the_plugin_modules_import_nothing_heavy_even_with_poptorch_installed() -> None:
     code = (
-        "import sys, torchplug_ipu, torchplug_ipu._plugin, torchplug_ipu._poptorch\n"
+        "import sys, torchplug_ipu, torchplug_ipu._plugin, torchplug_ipu._vendor\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'poptorch'}))"
     )
     result = subprocess.run(
@@ -86,12 +86,12 @@ def test_the_plugin_modules_import_nothing_heavy_even_with_poptorch_installed() 
 
 
 def test_probe_looks_for_poptorch_without_importing_it(no_poptorch: None) -> None:
-    assert _poptorch.probe() == NOT_INSTALLED
+    assert _vendor.probe() == NOT_INSTALLED
     assert "poptorch" not in sys.modules
 
 
 def test_probe_is_satisfied_by_an_installed_poptorch(fake_poptorch: ModuleType) -> None:
-    assert _poptorch.probe() is None
+    assert _vendor.probe() is None
 
 
 def test_environment_report_without_poptorch(no_poptorch: None) -> None:

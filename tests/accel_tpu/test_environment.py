@@ -56,3 +56,9 @@ def test_it_can_be_forced_by_name(monkeypatch: pytest.MonkeyPatch) -> None:
     assert selection.trace == (
         "xla_runtime: forced by TORCHPLUG_CLUSTER_ENVIRONMENT=xla_runtime (its detect() says no; used anyway)",
     )
+
+
+def test_the_environment_supplies_only_its_evidence() -> None:
+    """detect() and detect_reason() come from the core's ClusterEnvironment, derived from evidence()."""
+    assert "evidence" in vars(XLAEnvironment)
+    assert not {"detect", "detect_reason"} & set(vars(XLAEnvironment))

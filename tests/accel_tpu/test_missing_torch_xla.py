@@ -11,7 +11,14 @@ import torchplug
 from tests.accel_tpu.fake import NOT_INSTALLED
 from tests.accel_tpu.models import Regressor, loader, quiet
 from torchplug import MisconfigurationError, PluginUnavailableError
-from torchplug_tpu import SingleXLAStrategy, TorchXLAUnavailableError, XLAAccelerator, XLAPrecision, XLAStrategy, _xla
+from torchplug_tpu import (
+    SingleXLAStrategy,
+    TorchXLAUnavailableError,
+    XLAAccelerator,
+    XLAPrecision,
+    XLAStrategy,
+    _vendor,
+)
 
 pytestmark = pytest.mark.usefixtures("no_xla")
 
@@ -45,7 +52,7 @@ def test_auto_passes_over_the_tpu() -> None:
         pytest.param(lambda: XLAAccelerator.parse_devices(1), id="parse_devices"),
         pytest.param(lambda: SingleXLAStrategy().root_device, id="single_xla-device"),
         pytest.param(lambda: XLAPrecision("bf16-mixed").forward_context(), id="bf16-mixed-autocast"),
-        pytest.param(lambda: _xla.sync(), id="sync"),
+        pytest.param(lambda: _vendor.sync(), id="sync"),
     ],
 )
 def test_using_a_plugin_raises_the_same_hint(use: object) -> None:
@@ -58,7 +65,7 @@ def test_using_a_plugin_raises_the_same_hint(use: object) -> None:
 
 def test_launching_the_xla_strategy_raises_the_hint(tmp_path: Path) -> None:
     strategy = XLAStrategy(parallel_devices=[torch.device("xla", 0), torch.device("xla", 1)])
-    from torchplug_tpu.launcher import XLALauncher
+    from torchplug_tpu._launcher import XLALauncher
 
     with pytest.raises(TorchXLAUnavailableError, match="torch_xla is not installed"):
         XLALauncher(strategy).launch(lambda: None)

@@ -13,12 +13,12 @@ import pytest
 import torchplug
 from tests.accel_tpu.fake import NOT_INSTALLED, subprocess_env
 from tests.plugin_listing_support import entries_of, plugins_listing
-from torchplug_tpu import _plugin, _xla
+from torchplug_tpu import _plugin, _vendor
 
 NAMES = {
     ("accelerator", "tpu"): "torchplug_tpu.accelerator:XLAAccelerator",
-    ("strategy", "xla"): "torchplug_tpu.xla:XLAStrategy",
-    ("strategy", "single_xla"): "torchplug_tpu.single_xla:SingleXLAStrategy",
+    ("strategy", "xla"): "torchplug_tpu.strategy:XLAStrategy",
+    ("strategy", "single_xla"): "torchplug_tpu.strategy:SingleXLAStrategy",
     ("precision", "xla-32-true"): "torchplug_tpu.precision:XLAPrecision",
     ("precision", "xla-bf16-true"): "torchplug_tpu.precision:XLAPrecision",
     ("precision", "xla-16-true"): "torchplug_tpu.precision:XLAPrecision",
@@ -71,7 +71,7 @@ def test_check_imports_the_accelerator_and_counts_the_devices() -> None:
 
 def test_the_plugin_modules_import_nothing_heavy_even_with_torch_xla_installed() -> None:
     code = (
-        "import sys, torchplug_tpu, torchplug_tpu._plugin, torchplug_tpu._xla, torchplug_tpu.environment, "
+        "import sys, torchplug_tpu, torchplug_tpu._plugin, torchplug_tpu._vendor, torchplug_tpu.environment, "
         "torchplug_xla_io, torchplug_xla_io._plugin\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'torch_xla'}))"
     )
@@ -87,11 +87,11 @@ def test_the_plugin_modules_import_nothing_heavy_even_with_torch_xla_installed()
 
 
 def test_probe_looks_for_torch_xla_without_importing_it(no_xla: None) -> None:
-    assert _xla.probe() == NOT_INSTALLED
+    assert _vendor.probe() == NOT_INSTALLED
 
 
 def test_probe_is_satisfied_by_an_installed_torch_xla(fake_xla: ModuleType) -> None:
-    assert _xla.probe() is None
+    assert _vendor.probe() is None
 
 
 def test_environment_report_without_torch_xla(no_xla: None) -> None:

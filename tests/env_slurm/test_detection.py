@@ -196,3 +196,9 @@ def test_the_core_can_force_slurm(monkeypatch: pytest.MonkeyPatch) -> None:
     name, trace = _selected()
     assert name == "slurm"
     assert "its detect() says no; used anyway" in trace[0]
+
+
+def test_the_environment_supplies_only_its_evidence() -> None:
+    """detect() and detect_reason() come from the core's ClusterEnvironment, derived from evidence()."""
+    assert "evidence" in vars(SLURMEnvironment)
+    assert not {"detect", "detect_reason"} & set(vars(SLURMEnvironment))

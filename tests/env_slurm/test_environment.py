@@ -11,8 +11,8 @@ from tests.env_slurm.test_detection import SRUN_TASK
 from tests.environment_support import set_env
 from torchplug import MisconfigurationError
 from torchplug_slurm import SLURMEnvironment
-from torchplug_slurm.rendezvous import PORT_BASE, PORT_SPAN, derive_port
-from torchplug_slurm.variables import BATCH_STEP_ID, expand_counts
+from torchplug_slurm._rendezvous import PORT_BASE, PORT_SPAN, derive_port
+from torchplug_slurm._variables import BATCH_STEP_ID, expand_counts
 
 #: Task 5 of ``sbatch --nodes=2 --ntasks-per-node=4`` + ``srun python train.py``, on the second node.
 TWO_NODES = {

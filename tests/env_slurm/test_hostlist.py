@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from torchplug_slurm.hostlist import MAX_RANGE, HostlistError, expand_hostlist, first_host, iter_hostlist
+from torchplug_slurm._hostlist import MAX_RANGE, HostlistError, expand_hostlist, first_host, iter_hostlist
 
 CASES = {
     "single": ("vm", ["vm"]),

@@ -46,10 +46,10 @@ def test_nothing_in_the_package_imports_torch() -> None:
     out = _python(
         """
         import sys
-        import torchplug_slurm, torchplug_slurm._plugin, torchplug_slurm.environment, torchplug_slurm.hostlist
-        import torchplug_slurm.preemption, torchplug_slurm.rendezvous, torchplug_slurm.requeue
-        import torchplug_slurm.variables, torchplug_slurm.report
-        torchplug_slurm.report.environment_report()
+        import torchplug_slurm, torchplug_slurm._plugin, torchplug_slurm.environment, torchplug_slurm._hostlist
+        import torchplug_slurm._preemption, torchplug_slurm._rendezvous, torchplug_slurm._vendor
+        import torchplug_slurm._variables
+        torchplug_slurm._vendor.environment_report()
         env = torchplug_slurm.SLURMEnvironment()
         print(env.detect(), env.detect_reason(), env.main_address, env.main_port, env.processes_per_node())
         print(sorted(m for m in sys.modules if m == "torch" or m.startswith("torch.")))

@@ -22,7 +22,7 @@ from tests.env_slurm.test_detection import SRUN_TASK
 from tests.environment_support import set_env
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug_slurm import SLURMEnvironment
-from torchplug_slurm.preemption import SignalWatch, parse_signal
+from torchplug_slurm._preemption import SignalWatch, parse_signal
 
 
 @pytest.fixture

@@ -17,7 +17,7 @@ from tests.env_slurm.test_detection import SRUN_TASK
 from tests.environment_support import set_env
 from torchplug import MisconfigurationError
 from torchplug_slurm import RequeueError, SLURMEnvironment
-from torchplug_slurm.requeue import requeue_command, requeue_job
+from torchplug_slurm._vendor import requeue_command, requeue_job
 
 
 def test_argv_is_a_list_without_shell(fake_scontrol: Path) -> None:

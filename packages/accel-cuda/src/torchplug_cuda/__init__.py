@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
+    from torchplug_cuda._devices import cuda_unavailable_reason, is_cuda_available, num_cuda_devices, parse_cuda_devices
+    from torchplug_cuda._stats import cuda_device_stats
+    from torchplug_cuda._usable import find_usable_cuda_devices
     from torchplug_cuda.accelerator import CUDAAccelerator
-    from torchplug_cuda.devices import cuda_unavailable_reason, is_cuda_available, num_cuda_devices, parse_cuda_devices
-    from torchplug_cuda.stats import cuda_device_stats
-    from torchplug_cuda.usable import find_usable_cuda_devices
 
 __all__ = [
     "CUDAAccelerator",
@@ -28,12 +28,12 @@ __all__ = [
 
 _LAZY = {
     "CUDAAccelerator": "torchplug_cuda.accelerator",
-    "cuda_device_stats": "torchplug_cuda.stats",
-    "cuda_unavailable_reason": "torchplug_cuda.devices",
-    "find_usable_cuda_devices": "torchplug_cuda.usable",
-    "is_cuda_available": "torchplug_cuda.devices",
-    "num_cuda_devices": "torchplug_cuda.devices",
-    "parse_cuda_devices": "torchplug_cuda.devices",
+    "cuda_device_stats": "torchplug_cuda._stats",
+    "cuda_unavailable_reason": "torchplug_cuda._devices",
+    "find_usable_cuda_devices": "torchplug_cuda._usable",
+    "is_cuda_available": "torchplug_cuda._devices",
+    "num_cuda_devices": "torchplug_cuda._devices",
+    "parse_cuda_devices": "torchplug_cuda._devices",
 }
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="accel-cuda")

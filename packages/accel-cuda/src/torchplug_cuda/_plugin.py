@@ -21,12 +21,12 @@ def torchplug_register_accelerators(registry: Registry) -> None:
         "torchplug_cuda.accelerator:CUDAAccelerator",
         description="NVIDIA GPUs; devices=N, [ids], '0,2' or -1; NCCL between processes",
         aliases=("gpu",),
-        probe="torchplug_cuda._probe:probe",
+        probe="torchplug_cuda._vendor:probe",
     )
 
 
 @hookimpl
 def torchplug_environment_report() -> dict[str, Any]:
-    from torchplug_cuda._report import environment_report
+    from torchplug_cuda._vendor import environment_report
 
     return environment_report()

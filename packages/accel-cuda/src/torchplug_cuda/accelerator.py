@@ -7,10 +7,11 @@ import warnings
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from torchplug import Accelerator
-from torchplug_cuda.devices import cuda_unavailable_reason, num_cuda_devices, parse_cuda_devices
-from torchplug_cuda.stats import cuda_device_stats
+from torchplug_cuda._devices import cuda_unavailable_reason, num_cuda_devices, parse_cuda_devices
+from torchplug_cuda._stats import cuda_device_stats
 
 __all__ = ["CUDAAccelerator"]
 
@@ -41,32 +42,38 @@ class CUDAAccelerator(Accelerator):
     # -- availability and devices -------------------------------------------------------------
 
     @staticmethod
+    @override
     def is_available() -> bool:
         """Whether this process sees a GPU (counted through NVML: CUDA is not initialised)."""
         return num_cuda_devices() > 0
 
     @classmethod
+    @override
     def unavailable_reason(cls) -> str | None:
         """Why no GPU is usable: a CPU build of torch, no driver, ``CUDA_VISIBLE_DEVICES``... (None if one is)."""
         return cuda_unavailable_reason()
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         """Every GPU this process sees."""
         return num_cuda_devices()
 
     @staticmethod
+    @override
     def parse_devices(devices: Any) -> list[int]:
         """The GPU ids ``devices=`` selects (see :func:`torchplug_cuda.parse_cuda_devices`)."""
         return parse_cuda_devices(devices)
 
     @staticmethod
+    @override
     def get_parallel_devices(devices: Any) -> list[torch.device]:
         """One ``cuda:<id>`` device per id."""
         return [torch.device("cuda", index) for index in devices]
 
     # -- per process --------------------------------------------------------------------------
 
+    @override
     def setup_device(self, device: torch.device) -> None:
         """Make ``device`` this process's current GPU (this initialises CUDA).
 
@@ -77,22 +84,26 @@ class CUDAAccelerator(Accelerator):
             raise ValueError(f"The cuda accelerator cannot run on device {str(device)!r}; expected 'cuda:<id>'.")
         torch.cuda.set_device(device)
 
+    @override
     def teardown(self) -> None:
         """Give the memory that PyTorch's caching allocator holds back to the driver."""
         torch.cuda.empty_cache()
 
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Memory of ``device`` in bytes (allocated, reserved, peaks, free, total) and utilisation when NVML has it."""
         return cuda_device_stats(device)
 
     # -- random state -------------------------------------------------------------------------
 
+    @override
     def get_rng_state(self) -> dict[str, list[torch.Tensor]] | None:
         """The random generator state of every visible GPU, as CPU byte tensors (``weights_only``-safe)."""
         if not torch.cuda.is_initialized():
             return None  # no GPU generator has been used in this process
         return {"cuda": [state.clone() for state in torch.cuda.get_rng_state_all()]}
 
+    @override
     def set_rng_state(self, state: Any) -> None:
         """Restore what :meth:`get_rng_state` returned, GPU by GPU.
 

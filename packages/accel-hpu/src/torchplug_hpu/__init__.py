@@ -10,11 +10,10 @@ from typing import TYPE_CHECKING, Final
 from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
-    from torchplug_hpu._habana import HabanaUnavailableError
+    from torchplug_hpu._vendor import HabanaUnavailableError
     from torchplug_hpu.accelerator import HPUAccelerator
-    from torchplug_hpu.parallel import HPUParallelStrategy
     from torchplug_hpu.precision import HPUPrecision
-    from torchplug_hpu.single import HPUSingleStrategy
+    from torchplug_hpu.strategy import HPUParallelStrategy, HPUSingleStrategy
 
 __all__ = [
     "HPUAccelerator",
@@ -27,10 +26,10 @@ __all__ = [
 
 _LAZY: Final = {
     "HPUAccelerator": "torchplug_hpu.accelerator",
-    "HPUSingleStrategy": "torchplug_hpu.single",
-    "HPUParallelStrategy": "torchplug_hpu.parallel",
+    "HPUSingleStrategy": "torchplug_hpu.strategy",
+    "HPUParallelStrategy": "torchplug_hpu.strategy",
     "HPUPrecision": "torchplug_hpu.precision",
-    "HabanaUnavailableError": "torchplug_hpu._habana",
+    "HabanaUnavailableError": "torchplug_hpu._vendor",
 }
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="accel-hpu")

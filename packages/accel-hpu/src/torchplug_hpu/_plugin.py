@@ -13,7 +13,7 @@ from torchplug import hookimpl
 if TYPE_CHECKING:
     from torchplug import Registry
 
-_PROBE: Final = "torchplug_hpu._habana:probe"
+_PROBE: Final = "torchplug_hpu._vendor:probe"
 _PRECISION: Final = "torchplug_hpu.precision:HPUPrecision"
 
 
@@ -30,11 +30,11 @@ def torchplug_register_accelerators(registry: Registry) -> None:
 @hookimpl
 def torchplug_register_strategies(registry: Registry) -> None:
     registry.register(
-        "hpu_single", "torchplug_hpu.single:HPUSingleStrategy", probe=_PROBE, description="One HPU in this process"
+        "hpu_single", "torchplug_hpu.strategy:HPUSingleStrategy", probe=_PROBE, description="One HPU in this process"
     )
     registry.register(
         "hpu_parallel",
-        "torchplug_hpu.parallel:HPUParallelStrategy",
+        "torchplug_hpu.strategy:HPUParallelStrategy",
         probe=_PROBE,
         description="DistributedDataParallel over HCCL, one process per HPU",
     )
@@ -60,6 +60,6 @@ def torchplug_register_precisions(registry: Registry) -> None:
 
 @hookimpl
 def torchplug_environment_report() -> dict[str, Any]:
-    from torchplug_hpu._habana import report
+    from torchplug_hpu._vendor import report
 
     return report()

@@ -6,9 +6,10 @@ from collections.abc import Mapping
 from typing import Any, ClassVar, Final
 
 import torch
+from typing_extensions import override
 
 from torchplug import Accelerator
-from torchplug_hpu import _habana
+from torchplug_hpu import _vendor
 from torchplug_hpu.precision import HPU_PRECISIONS, hpu_precision_name
 
 __all__ = ["HPUAccelerator"]
@@ -50,19 +51,21 @@ class HPUAccelerator(Accelerator):
     # -- availability and devices -------------------------------------------------------------
 
     @staticmethod
+    @override
     def is_available() -> bool:
         """Whether habana_frameworks is installed and sees at least one HPU."""
         return HPUAccelerator.unavailable_reason() is None
 
     @classmethod
+    @override
     def unavailable_reason(cls) -> str | None:
         """Why HPU training cannot run here: habana_frameworks missing or broken, or no HPU."""
-        missing = _habana.probe()
+        missing = _vendor.probe()
         if missing is not None:
             return missing
         try:
-            count = _habana.device_count()
-        except _habana.HabanaUnavailableError as exc:
+            count = _vendor.device_count()
+        except _vendor.HabanaUnavailableError as exc:
             return str(exc)
         if count < 1:
             return (
@@ -72,11 +75,13 @@ class HPUAccelerator(Accelerator):
         return None
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         """All the HPUs this process can see."""
-        return _habana.device_count()
+        return _vendor.device_count()
 
     @staticmethod
+    @override
     def parse_devices(devices: Any) -> int:
         """Accept a number of HPUs (processes): a positive int, a string of digits, or ``-1`` for all."""
         if isinstance(devices, bool) or not isinstance(devices, (int, str)):
@@ -101,10 +106,12 @@ class HPUAccelerator(Accelerator):
         return count
 
     @staticmethod
+    @override
     def get_parallel_devices(devices: Any) -> list[torch.device]:
         """``hpu`` once per process: each process is given the next free HPU by the runtime."""
         return [torch.device("hpu")] * int(devices)
 
+    @override
     def setup_device(self, device: torch.device) -> None:
         """Load the HPU backend into this process (``habana_frameworks.torch.core``); checks the device type.
 
@@ -113,33 +120,38 @@ class HPUAccelerator(Accelerator):
         """
         if device.type != self.device_type:
             raise ValueError(f"The HPU accelerator cannot run on device {device}; expected an 'hpu' device.")
-        _habana.import_habana("habana_frameworks.torch.core")
+        _vendor.import_habana("habana_frameworks.torch.core")
 
+    @override
     def teardown(self) -> None:
         """Nothing to release."""
 
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Memory of the HPU from ``habana_frameworks.torch.hpu.memory_stats``: bytes used, peak and limit, allocations.
 
         Keys: ``memory_used_bytes``, ``memory_peak_bytes``, ``memory_limit_bytes``, ``allocations``,
         ``frees``, ``active_allocations`` and ``largest_allocation_bytes``, where the runtime reports them.
         """
-        raw: Mapping[str, Any] = _habana.hpu().memory_stats(device)
+        raw: Mapping[str, Any] = _vendor.hpu().memory_stats(device)
         return {ours: int(raw[theirs]) for theirs, ours in _STATS.items() if theirs in raw}
 
+    @override
     def get_rng_state(self) -> Any:
         """The HPU generator's state (a tensor), where habana_frameworks exposes it."""
-        get_state = getattr(_habana.hpu(), "get_rng_state", None)
+        get_state = getattr(_vendor.hpu(), "get_rng_state", None)
         return get_state() if callable(get_state) else None
 
+    @override
     def set_rng_state(self, state: Any) -> None:
         """Restore what :meth:`get_rng_state` returned."""
-        set_state = getattr(_habana.hpu(), "set_rng_state", None)
+        set_state = getattr(_vendor.hpu(), "set_rng_state", None)
         if state is not None and callable(set_state):
             set_state(state)
 
     # -- decisions the core delegates ---------------------------------------------------------
 
+    @override
     def precision_for(self, precision: str) -> str:
         """Map the user's precision name: ``"bf16-mixed"`` -> ``"hpu-bf16-mixed"``, ``"fp8"`` -> ``"hpu-fp8"``.
 

@@ -11,10 +11,11 @@ from collections.abc import Generator, Mapping
 from typing import Any, ClassVar, Final
 
 import torch
+from typing_extensions import override
 
 from torchplug import MisconfigurationError, Precision
 from torchplug.precision.half import cast_floating
-from torchplug_hpu import _habana
+from torchplug_hpu import _vendor
 
 __all__ = ["HPU_PRECISIONS", "HPUPrecision", "hpu_precision_name"]
 
@@ -86,7 +87,7 @@ class HPUPrecision(Precision):
         if plain != "fp8" and recipe is not None:
             raise MisconfigurationError(f"recipe= is for precision='fp8', not {precision!r}. Hint: drop recipe=.")
         if plain == "fp8":
-            _habana.require_fp8()
+            _vendor.require_fp8()
         self.precision: str = plain
         self.replace_layers = replace_layers
         self._recipe_arg = recipe
@@ -96,20 +97,22 @@ class HPUPrecision(Precision):
     def recipe(self) -> Any | None:
         """The fp8 scaling recipe given to ``fp8_autocast`` (a mapping becomes a ``DelayedScaling``)."""
         if self._recipe is None and isinstance(self._recipe_arg, Mapping):
-            engine = _habana.transformer_engine()
+            engine = _vendor.transformer_engine()
             self._recipe = engine.recipe.DelayedScaling(**self._recipe_arg)
         return self._recipe if self._recipe is not None else self._recipe_arg
 
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """For fp8, replace ``torch.nn.Linear`` layers by the transformer engine's, keeping their weights."""
         if self.precision != "fp8" or not self.replace_layers:
             return module
-        engine = _habana.transformer_engine()
-        if any(type(m).__module__.startswith(_habana.FP8_MODULE) for m in module.modules()):
+        engine = _vendor.transformer_engine()
+        if any(type(m).__module__.startswith(_vendor.FP8_MODULE) for m in module.modules()):
             return module  # the user placed the engine's layers already
         _replace_linear(module, engine)
         return module
 
+    @override
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """``torch.autocast("hpu", bfloat16)``; for fp8, with the engine's ``fp8_autocast`` inside it."""
         return self._autocast()
@@ -120,13 +123,15 @@ class HPUPrecision(Precision):
             if self.precision != "fp8":
                 yield
                 return
-            with _habana.transformer_engine().fp8_autocast(enabled=True, fp8_recipe=self.recipe):
+            with _vendor.transformer_engine().fp8_autocast(enabled=True, fp8_recipe=self.recipe):
                 yield
 
+    @override
     def convert_output(self, data: Any) -> Any:
         """Cast the bfloat16 tensors of ``data`` (what autocast produced) back to float32."""
         return cast_floating(data, torch.float32)
 
+    @override
     def __repr__(self) -> str:
         return f"HPUPrecision(precision={self.precision!r})"
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Final
 from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
-    from torchplug_ipu._poptorch import PoptorchUnavailableError
+    from torchplug_ipu._vendor import PoptorchUnavailableError
     from torchplug_ipu.accelerator import IPUAccelerator
     from torchplug_ipu.precision import IPUPrecision
     from torchplug_ipu.strategy import IPUStrategy
@@ -27,7 +27,7 @@ _LAZY: Final = {
     "IPUAccelerator": "torchplug_ipu.accelerator",
     "IPUStrategy": "torchplug_ipu.strategy",
     "IPUPrecision": "torchplug_ipu.precision",
-    "PoptorchUnavailableError": "torchplug_ipu._poptorch",
+    "PoptorchUnavailableError": "torchplug_ipu._vendor",
 }
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="accel-ipu")

@@ -13,7 +13,7 @@ from torchplug import hookimpl
 if TYPE_CHECKING:
     from torchplug import Registry
 
-_PROBE: Final = "torchplug_ipu._poptorch:probe"
+_PROBE: Final = "torchplug_ipu._vendor:probe"
 _PRECISION: Final = "torchplug_ipu.precision:IPUPrecision"
 _PRECISIONS: Final = {
     "ipu-32-true": ("32-true", "float32 on IPUs (what precision='32-true' means on an IPU)"),
@@ -50,6 +50,6 @@ def torchplug_register_precisions(registry: Registry) -> None:
 
 @hookimpl
 def torchplug_environment_report() -> dict[str, Any]:
-    from torchplug_ipu._poptorch import report
+    from torchplug_ipu._vendor import report
 
     return report()

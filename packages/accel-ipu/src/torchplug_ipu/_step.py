@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any
 
 import torch
+from typing_extensions import override
 
 from torchplug import MisconfigurationError, Precision
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
 
 __all__ = ["StepModule", "micro_batches", "tensor_arguments"]
 
@@ -31,6 +32,7 @@ class StepModule(torch.nn.Module):
         self.step_name = step_name
         self._precision = precision
 
+    @override
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         with self._precision.forward_context():
             output = getattr(self.module, self.step_name)(*args, **kwargs)
@@ -43,7 +45,7 @@ class StepModule(torch.nn.Module):
                 "dict with 'loss'): the backward pass and the optimizer step are compiled into the step, so a batch "
                 "cannot be skipped by returning None."
             )
-        return _poptorch.import_poptorch().identity_loss(loss, reduction="none")
+        return _vendor.import_poptorch().identity_loss(loss, reduction="none")
 
 
 def micro_batches(options: Any) -> int:

@@ -5,9 +5,10 @@ from __future__ import annotations
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from torchplug import Accelerator
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
 from torchplug_ipu.precision import IPU_PRECISIONS, ipu_precision_name
 
 __all__ = ["IPUAccelerator"]
@@ -40,19 +41,21 @@ class IPUAccelerator(Accelerator):
     # -- availability and devices -------------------------------------------------------------
 
     @staticmethod
+    @override
     def is_available() -> bool:
         """Whether poptorch is installed and finds at least one IPU."""
         return IPUAccelerator.unavailable_reason() is None
 
     @classmethod
+    @override
     def unavailable_reason(cls) -> str | None:
         """Why IPU training cannot run here: poptorch missing or broken, or no IPU."""
-        missing = _poptorch.probe()
+        missing = _vendor.probe()
         if missing is not None:
             return missing
         try:
-            available = _poptorch.hardware_available(1)
-        except _poptorch.PoptorchUnavailableError as exc:
+            available = _vendor.hardware_available(1)
+        except _vendor.PoptorchUnavailableError as exc:
             return str(exc)
         if not available:
             return (
@@ -62,11 +65,13 @@ class IPUAccelerator(Accelerator):
         return None
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         """All the IPUs PopTorch can attach to this process (a power of two)."""
-        return _poptorch.ipu_count()
+        return _vendor.ipu_count()
 
     @staticmethod
+    @override
     def parse_devices(devices: Any) -> int:
         """Accept a replication factor: a power of two (``1``, ``2``, ``4``...), ``"4"``, or ``-1`` for all IPUs."""
         if isinstance(devices, bool) or not isinstance(devices, (int, str)):
@@ -91,22 +96,27 @@ class IPUAccelerator(Accelerator):
         return count
 
     @staticmethod
+    @override
     def get_parallel_devices(devices: Any) -> list[torch.device]:
         """``ipu:0`` ... ``ipu:n-1``: one entry per replica (all driven by this one process)."""
         return [torch.device("ipu", index) for index in range(int(devices))]
 
+    @override
     def setup_device(self, device: torch.device) -> None:
         """Nothing to select: PopTorch attaches the IPUs when it compiles the model."""
 
+    @override
     def teardown(self) -> None:
         """Nothing to release: the strategy detaches the IPUs."""
 
     # -- decisions the core delegates ---------------------------------------------------------
 
+    @override
     def default_strategy(self, num_devices: int, num_nodes: int, interactive: bool) -> str:
         """``ipu`` for any count: one process drives every replica, so notebooks work too."""
         return "ipu"
 
+    @override
     def precision_for(self, precision: str) -> str:
         """The IPU precision for the user's name: ``"16-true"`` -> ``"ipu-16-true"``; others are refused."""
         return ipu_precision_name(precision)

@@ -14,10 +14,11 @@ from typing import Any, ClassVar, Final
 
 import torch
 from torch.optim import Optimizer
+from typing_extensions import override
 
 from torchplug import MisconfigurationError, Precision
 from torchplug.precision.half import cast_floating, default_dtype
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
 
 __all__ = ["IPU_PRECISIONS", "NO_CLIPPING", "IPUPrecision", "ipu_precision_name"]
 
@@ -100,7 +101,7 @@ class IPUPrecision(Precision):
         """
         if not self._half:
             return
-        if self.precision == "16-mixed" and not hasattr(_poptorch.import_poptorch(), "autocast"):
+        if self.precision == "16-mixed" and not hasattr(_vendor.import_poptorch(), "autocast"):
             raise MisconfigurationError(
                 "precision='16-mixed' on IPUs runs the step in a poptorch.autocast region, which the installed "
                 "poptorch does not offer. Hint: use precision='16-true' (float16 weights with stochastic rounding, "
@@ -112,11 +113,13 @@ class IPUPrecision(Precision):
 
     # -- creating and converting --------------------------------------------------------------
 
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Cast the module to float16 for ``16-true``; keep its float32 weights otherwise."""
         return module.half() if self.precision == "16-true" else module
 
     @contextlib.contextmanager
+    @override
     def tensor_init_context(self) -> Generator[None, None, None]:
         """For ``16-true``, make float16 the default dtype inside the block."""
         if self.precision == "16-true":
@@ -125,16 +128,19 @@ class IPUPrecision(Precision):
         else:
             yield
 
+    @override
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point inputs to float16 on the host for ``16-mixed`` and ``16-true``."""
         return cast_floating(data, torch.float16) if self._half else data
 
+    @override
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point outputs back to float32."""
         return cast_floating(data, torch.float32) if self._half else data
 
     # -- forward --------------------------------------------------------------------------------
 
+    @override
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """Float16 as default dtype for ``16-true``; a ``poptorch.autocast`` region for ``16-mixed``.
 
@@ -143,11 +149,12 @@ class IPUPrecision(Precision):
         if self.precision == "16-true":
             return default_dtype(torch.float16)
         if self.precision == "16-mixed":
-            return _poptorch.import_poptorch().autocast()  # type: ignore[no-any-return]
+            return _vendor.import_poptorch().autocast()  # type: ignore[no-any-return]
         return contextlib.nullcontext()
 
     # -- what happens on the IPU ------------------------------------------------------------------
 
+    @override
     def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str = "norm") -> None:
         """Refuse: the gradients live on the IPU, inside the compiled step.
 
@@ -156,5 +163,6 @@ class IPUPrecision(Precision):
         """
         raise MisconfigurationError(NO_CLIPPING)
 
+    @override
     def __repr__(self) -> str:
         return f"IPUPrecision(precision={self.precision!r})"

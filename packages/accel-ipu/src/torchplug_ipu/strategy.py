@@ -8,12 +8,13 @@ from typing import Any, ClassVar, Final
 
 import torch
 from torch.optim import Optimizer
+from typing_extensions import override
 
 from torchplug import Accelerator, CheckpointIO, MisconfigurationError, Precision
 from torchplug.strategies.single_device import SingleDeviceStrategy
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
+from torchplug_ipu._data import poptorch_loader
 from torchplug_ipu._step import StepModule, micro_batches, tensor_arguments
-from torchplug_ipu.data import poptorch_loader
 from torchplug_ipu.precision import NO_CLIPPING, IPUPrecision, ipu_precision_name
 
 __all__ = ["IPUStrategy"]
@@ -85,6 +86,7 @@ class IPUStrategy(SingleDeviceStrategy):
     # -- one process (the rank properties and collectives of SingleDeviceStrategy) -------------------
 
     @property
+    @override
     def distributed_sampler_kwargs(self) -> None:
         """None: never a DistributedSampler; the replicas split each combined batch on the IPUs."""
         return None
@@ -139,7 +141,7 @@ class IPUStrategy(SingleDeviceStrategy):
         return self._inference_options
 
     def _options(self, iterations: int, accumulation: int, training: bool) -> Any:
-        options = _poptorch.import_poptorch().Options()
+        options = _vendor.import_poptorch().Options()
         options.deviceIterations(iterations)
         options.replicationFactor(self.replication_factor)
         options.Training.gradientAccumulation(accumulation)
@@ -152,10 +154,12 @@ class IPUStrategy(SingleDeviceStrategy):
 
     # -- set-up -------------------------------------------------------------------------------------
 
+    @override
     def precision_for(self, precision: str) -> str:
         """The IPU precision for the user's name (unsupported names are refused with the choices)."""
         return ipu_precision_name(precision)
 
+    @override
     def _configure_launcher(self) -> None:
         """No launcher (one process); checks that the accelerator is the IPU and that there is one node."""
         if self.accelerator is None or self.accelerator.device_type != "ipu":
@@ -170,6 +174,7 @@ class IPUStrategy(SingleDeviceStrategy):
                 "with Distributed settings."
             )
 
+    @override
     def setup(self, configure_optimizers: Callable[[], list[Optimizer]] | None = None) -> None:
         """Convert the module and create the optimizer; the steps compile later, on first use.
 
@@ -190,19 +195,23 @@ class IPUStrategy(SingleDeviceStrategy):
                 f"IPUs train with one optimizer, but configure_optimizers returned {len(self.optimizers)}."
             )
 
+    @override
     def model_to_device(self) -> None:
         """Nothing to move: the model stays on the host, and PopTorch copies its weights to the IPUs."""
 
+    @override
     def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
-        """Rebuild the loader as a ``poptorch.DataLoader`` with the training options (see :mod:`torchplug_ipu.data`)."""
+        """Rebuild the loader as a ``poptorch.DataLoader`` with the training options (see ``_data.py``)."""
         return poptorch_loader(dataloader, self.training_options)
 
+    @override
     def batch_to_device(self, batch: Any, device: torch.device | None = None) -> Any:
         """Keep the batch on the host (PopTorch copies it to the IPUs); only the precision converts it."""
         return self.precision.convert_input(batch) if self.precision is not None else batch
 
     # -- steps ----------------------------------------------------------------------------------------
 
+    @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run one compiled training call: forward, backward and optimizer step on the IPUs.
 
@@ -215,14 +224,17 @@ class IPUStrategy(SingleDeviceStrategy):
         self._device_ahead = True
         return output.float().mean() if isinstance(output, torch.Tensor) else output
 
+    @override
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the compiled ``validation_step`` on the IPUs."""
         return self._evaluate("validation_step", args, kwargs)
 
+    @override
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the compiled ``test_step`` on the IPUs."""
         return self._evaluate("test_step", args, kwargs)
 
+    @override
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the compiled ``predict_step`` on the IPUs; float16 outputs come back as float32."""
         return self._evaluate("predict_step", args, kwargs)
@@ -233,9 +245,11 @@ class IPUStrategy(SingleDeviceStrategy):
         output = executor(*args, **kwargs)
         return self.precision.convert_output(output) if self.precision is not None else output
 
+    @override
     def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
         """Nothing to do: PopTorch computed the gradients inside the compiled training step."""
 
+    @override
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         """Run the closure (the compiled step, which also stepped the optimizer on the IPUs); return its result.
 
@@ -247,6 +261,7 @@ class IPUStrategy(SingleDeviceStrategy):
             optimizer.step()
         return result
 
+    @override
     def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str = "norm") -> None:
         """Refuse: the gradients never leave the IPU.
 
@@ -275,7 +290,7 @@ class IPUStrategy(SingleDeviceStrategy):
 
     def _create(self, step_name: str) -> Any:
         assert self.module is not None and self.precision is not None, "setup() runs before the steps"
-        poptorch = _poptorch.import_poptorch()
+        poptorch = _vendor.import_poptorch()
         step = StepModule(self.module, step_name, self.precision)
         if step_name == _TRAIN:
             optimizer = self.optimizers[0]
@@ -314,23 +329,27 @@ class IPUStrategy(SingleDeviceStrategy):
 
     # -- checkpoints and the end -----------------------------------------------------------------------
 
+    @override
     def module_state_dict(self) -> dict[str, Any]:
         """The module's state dict, after copying the trained weights from the IPUs to the host."""
         if self._device_ahead:
             self._copy_to_host()
         return super().module_state_dict()
 
+    @override
     def load_module_state_dict(self, state_dict: Any, strict: bool = True) -> None:
         """Load into the host module; each compiled model receives the weights before its next call."""
         super().load_module_state_dict(state_dict, strict)
         self._device_ahead = False
         self._host_version += 1
 
+    @override
     def teardown(self) -> None:
         """Copy the trained weights into the user's model, release the IPUs, then tear down the components."""
         self._release()
         super().teardown()
 
+    @override
     def __repr__(self) -> str:
         return (
             f"IPUStrategy(device_iterations={self.device_iterations}, "

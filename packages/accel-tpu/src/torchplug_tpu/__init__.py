@@ -10,13 +10,12 @@ from typing import TYPE_CHECKING, Final
 from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
-    from torchplug_tpu._xla import TorchXLAUnavailableError
+    from torchplug_tpu._launcher import XLALauncher
+    from torchplug_tpu._vendor import TorchXLAUnavailableError
     from torchplug_tpu.accelerator import XLAAccelerator
     from torchplug_tpu.environment import XLAEnvironment
-    from torchplug_tpu.launcher import XLALauncher
     from torchplug_tpu.precision import XLAPrecision
-    from torchplug_tpu.single_xla import SingleXLAStrategy
-    from torchplug_tpu.xla import XLAStrategy
+    from torchplug_tpu.strategy import SingleXLAStrategy, XLAStrategy
 
 __all__ = [
     "SingleXLAStrategy",
@@ -31,12 +30,12 @@ __all__ = [
 
 _LAZY: Final = {
     "XLAAccelerator": "torchplug_tpu.accelerator",
-    "XLAStrategy": "torchplug_tpu.xla",
-    "SingleXLAStrategy": "torchplug_tpu.single_xla",
+    "XLAStrategy": "torchplug_tpu.strategy",
+    "SingleXLAStrategy": "torchplug_tpu.strategy",
     "XLAPrecision": "torchplug_tpu.precision",
     "XLAEnvironment": "torchplug_tpu.environment",
-    "XLALauncher": "torchplug_tpu.launcher",
-    "TorchXLAUnavailableError": "torchplug_tpu._xla",
+    "XLALauncher": "torchplug_tpu._launcher",
+    "TorchXLAUnavailableError": "torchplug_tpu._vendor",
 }
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="accel-tpu")

@@ -13,7 +13,7 @@ from torchplug import hookimpl
 if TYPE_CHECKING:
     from torchplug import Registry
 
-_PROBE: Final = "torchplug_tpu._xla:probe"
+_PROBE: Final = "torchplug_tpu._vendor:probe"
 _PRECISION: Final = "torchplug_tpu.precision:XLAPrecision"
 _PRECISIONS: Final = {
     "xla-32-true": ("32-true", "float32 on XLA devices (what precision='32-true' means on a TPU)"),
@@ -38,13 +38,13 @@ def torchplug_register_accelerators(registry: Registry) -> None:
 def torchplug_register_strategies(registry: Registry) -> None:
     registry.register(
         "xla",
-        "torchplug_tpu.xla:XLAStrategy",
+        "torchplug_tpu.strategy:XLAStrategy",
         probe=_PROBE,
         description="One process per XLA device, started by torch_xla's xmp.spawn",
     )
     registry.register(
         "single_xla",
-        "torchplug_tpu.single_xla:SingleXLAStrategy",
+        "torchplug_tpu.strategy:SingleXLAStrategy",
         probe=_PROBE,
         description="One XLA device in this process",
     )
@@ -68,6 +68,6 @@ def torchplug_register_cluster_environments(registry: Registry) -> None:
 
 @hookimpl
 def torchplug_environment_report() -> dict[str, Any]:
-    from torchplug_tpu._xla import report
+    from torchplug_tpu._vendor import report
 
     return report()

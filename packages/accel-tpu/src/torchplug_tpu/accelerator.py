@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from torchplug import Accelerator
-from torchplug_tpu import _xla
+from torchplug_tpu import _vendor
 from torchplug_tpu.precision import XLA_PRECISIONS, xla_precision_name
 
 __all__ = ["XLAAccelerator"]
@@ -18,7 +19,7 @@ __all__ = ["XLAAccelerator"]
 class XLAAccelerator(Accelerator):
     """Train on TPUs through torch_xla (imported the first time the accelerator is used).
 
-    ``devices=`` takes what Lightning takes: ``1``, all the devices of the host (their number,
+    ``devices=`` takes ``1``, all the devices of the host (their number,
     ``-1`` or ``"auto"``), or one device by index (``[i]`` or ``"i,"``). One device trains in this
     process (``strategy="single_xla"``); all of them start one process each (``strategy="xla"``).
 
@@ -44,19 +45,21 @@ class XLAAccelerator(Accelerator):
     # -- availability and devices -------------------------------------------------------------
 
     @staticmethod
+    @override
     def is_available() -> bool:
         """Whether torch_xla is installed and sees at least one device (the runtime is not started)."""
         return XLAAccelerator.unavailable_reason() is None
 
     @classmethod
+    @override
     def unavailable_reason(cls) -> str | None:
         """Why TPU training cannot run here: torch_xla missing or broken, or no device."""
-        missing = _xla.probe()
+        missing = _vendor.probe()
         if missing is not None:
             return missing
         try:
-            count = _xla.local_device_count()
-        except _xla.TorchXLAUnavailableError as exc:
+            count = _vendor.local_device_count()
+        except _vendor.TorchXLAUnavailableError as exc:
             return str(exc)
         except Exception as exc:  # torch_xla raises many kinds of errors on machines it cannot use
             return f"torch_xla could not count the XLA devices: {type(exc).__name__}: {exc}"
@@ -68,31 +71,37 @@ class XLAAccelerator(Accelerator):
         return None
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         """All the XLA devices of this host (counted without starting the XLA runtime on TPUs)."""
-        return _xla.local_device_count()
+        return _vendor.local_device_count()
 
     @staticmethod
+    @override
     def parse_devices(devices: Any) -> int | list[int]:
         """Accept 1, all devices (their number or -1), or one device index as ``[i]`` or ``"i,"``."""
         return _parse(devices, XLAAccelerator.auto_device_count())
 
     @staticmethod
+    @override
     def get_parallel_devices(devices: Any) -> list[torch.device]:
         """``xla:0`` ... ``xla:n-1`` for a count, ``xla:i`` for ``[i]`` (one entry per process)."""
         if isinstance(devices, list):
             return [torch.device("xla", devices[0])]
         return [torch.device("xla", index) for index in range(int(devices))]
 
+    @override
     def setup_device(self, device: torch.device) -> None:
         """Nothing to select: the XLA runtime gives each process its device."""
 
+    @override
     def teardown(self) -> None:
         """Nothing to release."""
 
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Device memory in bytes, from ``xm.get_memory_info``: used, limit and (where reported) peak."""
-        info = dict(_xla.xla_model().get_memory_info(device))
+        info = dict(_vendor.xla_model().get_memory_info(device))
         if "bytes_used" in info:  # torch_xla >= 2.1
             stats = {"memory_used_bytes": int(info["bytes_used"]), "memory_limit_bytes": int(info["bytes_limit"])}
             if "peak_bytes_used" in info:
@@ -101,17 +110,20 @@ class XLAAccelerator(Accelerator):
         total, free = int(info["kb_total"]) * 1024, int(info["kb_free"]) * 1024  # older torch_xla
         return {"memory_used_bytes": total - free, "memory_limit_bytes": total}
 
+    @override
     def get_rng_state(self) -> Any:
         """The seed of this process's XLA generator (an int)."""
-        return int(_xla.xla_model().get_rng_state())
+        return int(_vendor.xla_model().get_rng_state())
 
+    @override
     def set_rng_state(self, state: Any) -> None:
         """Restore what :meth:`get_rng_state` returned."""
         if state is not None:
-            _xla.xla_model().set_rng_state(int(state))
+            _vendor.xla_model().set_rng_state(int(state))
 
     # -- decisions the core delegates ---------------------------------------------------------
 
+    @override
     def precision_for(self, precision: str) -> str:
         """The XLA precision for the user's name: ``"bf16-true"`` -> ``"xla-bf16-true"``; others are refused."""
         return xla_precision_name(precision)

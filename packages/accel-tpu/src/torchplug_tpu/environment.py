@@ -8,8 +8,11 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from typing_extensions import override
+
 from torchplug import ClusterEnvironment
-from torchplug_tpu import _xla
+from torchplug.environments import Evidence
+from torchplug_tpu import _vendor
 
 __all__ = ["XLAEnvironment"]
 
@@ -17,7 +20,7 @@ __all__ = ["XLAEnvironment"]
 class XLAEnvironment(ClusterEnvironment):
     """The processes of an XLA run, as the torch_xla (PJRT) runtime numbers them.
 
-    Never detected automatically (``detect()`` is always False), as in Lightning: the XLA
+    Never detected automatically (``detect()`` is always False): the XLA
     strategies create it themselves, and a TPU VM has no variable that would tell a plain script
     from one launched per device. The runtime does its own rendezvous, so there is no main
     address or port, and the setters are ignored: the runtime decides the ranks.
@@ -30,21 +33,19 @@ class XLAEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 0
 
     @classmethod
-    def detect(cls) -> bool:
-        """Always False: the XLA strategies bring this environment; name it to use it elsewhere."""
-        return False
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """Why it is never detected."""
-        return "never detected: strategy='xla' and 'single_xla' bring it"
+    @override
+    def evidence(cls) -> Evidence:
+        """Never detected: the XLA strategies bring this environment; name it to use it elsewhere."""
+        return Evidence.absent("never detected: strategy='xla' and 'single_xla' bring it")
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """False: the XLA launcher starts one process per device."""
         return False
 
     @property
+    @override
     def main_address(self) -> str:
         """Not used: the XLA runtime does its own rendezvous."""
         raise NotImplementedError(
@@ -53,6 +54,7 @@ class XLAEnvironment(ClusterEnvironment):
         )
 
     @property
+    @override
     def main_port(self) -> int:
         """Not used: the XLA runtime does its own rendezvous."""
         raise NotImplementedError(
@@ -60,18 +62,22 @@ class XLAEnvironment(ClusterEnvironment):
             "Hint: use it with strategy='xla', not with a torch.distributed strategy such as 'ddp'."
         )
 
+    @override
     def world_size(self) -> int:
         """The number of processes taking part (``torch_xla.runtime.world_size()``)."""
-        return int(_xla.runtime().world_size())
+        return int(_vendor.runtime().world_size())
 
+    @override
     def global_rank(self) -> int:
         """This process's rank among all (``torch_xla.runtime.global_ordinal()``)."""
-        return int(_xla.runtime().global_ordinal())
+        return int(_vendor.runtime().global_ordinal())
 
+    @override
     def local_rank(self) -> int:
         """This process's rank on its host (``torch_xla.runtime.local_ordinal()``)."""
-        return int(_xla.runtime().local_ordinal())
+        return int(_vendor.runtime().local_ordinal())
 
+    @override
     def node_rank(self) -> int:
         """The rank of this host (``torch_xla.runtime.host_index()``)."""
-        return int(_xla.runtime().host_index())
+        return int(_vendor.runtime().host_index())

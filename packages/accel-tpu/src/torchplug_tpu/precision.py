@@ -11,10 +11,11 @@ from collections.abc import Generator
 from typing import Any, ClassVar, Final
 
 import torch
+from typing_extensions import override
 
 from torchplug import MisconfigurationError, Precision
 from torchplug.precision.half import cast_floating, default_dtype
-from torchplug_tpu import _xla
+from torchplug_tpu import _vendor
 
 __all__ = ["XLA_PRECISIONS", "XLAPrecision", "xla_precision_name"]
 
@@ -57,9 +58,8 @@ class XLAPrecision(Precision):
     * ``32-true``: float32 everywhere.
     * ``bf16-true`` and ``16-true``: the module's floating-point parameters and buffers, the
       inputs and the default dtype are 16 bits (as the core's ``HalfPrecision``). This is what
-      torch_xla recommends since it deprecated ``XLA_USE_BF16``/``XLA_USE_F16``, which
-      Lightning still sets: those variables change every float tensor of the process, these
-      plugins only the model's.
+      torch_xla recommends since it deprecated ``XLA_USE_BF16``/``XLA_USE_F16``: those
+      variables change every float tensor of the process, these plugins only the model's.
     * ``bf16-mixed``: float32 weights, the forward pass under ``torch_xla.amp.autocast`` in
       bfloat16 (no loss scaler is needed in bfloat16).
 
@@ -89,11 +89,13 @@ class XLAPrecision(Precision):
     def _true_half(self) -> bool:
         return self.precision in ("bf16-true", "16-true")
 
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Cast the module to :attr:`dtype` for ``bf16-true`` and ``16-true``; leave it as it is otherwise."""
         return module.to(dtype=self.dtype) if self._true_half else module
 
     @contextlib.contextmanager
+    @override
     def tensor_init_context(self) -> Generator[None, None, None]:
         """For the ``*-true`` halves, make :attr:`dtype` the default dtype inside the block."""
         if self._true_half:
@@ -102,22 +104,26 @@ class XLAPrecision(Precision):
         else:
             yield
 
+    @override
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """The default dtype for the ``*-true`` halves; ``torch_xla.amp.autocast`` for ``bf16-mixed``."""
         if self._true_half:
             return default_dtype(self.dtype)
         if self.precision == "bf16-mixed":
-            amp = _xla.import_xla("torch_xla.amp")
-            return amp.autocast(_xla.device(), dtype=torch.bfloat16)  # type: ignore[no-any-return]
+            amp = _vendor.import_xla("torch_xla.amp")
+            return amp.autocast(_vendor.device(), dtype=torch.bfloat16)  # type: ignore[no-any-return]
         return contextlib.nullcontext()
 
+    @override
     def convert_input(self, data: Any) -> Any:
         """Cast floating-point inputs to :attr:`dtype` for the ``*-true`` halves."""
         return cast_floating(data, self.dtype) if self._true_half else data
 
+    @override
     def convert_output(self, data: Any) -> Any:
         """Cast floating-point outputs back to float32 (except in ``32-true``, where they are already)."""
         return data if self.precision == "32-true" else cast_floating(data, torch.float32)
 
+    @override
     def __repr__(self) -> str:
         return f"XLAPrecision(precision={self.precision!r})"

@@ -1,12 +1,18 @@
-"""env-slurm: the SLURM cluster environment for torchplug, with preemption and requeue."""
+"""env-slurm: the SLURM cluster environment for torchplug, with preemption and requeue.
+
+Importing this package imports no torch; each public name loads its module on first use.
+"""
 
 from __future__ import annotations
 
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Final
 
-from torchplug_slurm.environment import SLURMEnvironment
-from torchplug_slurm.hostlist import HostlistError, expand_hostlist, first_host
-from torchplug_slurm.requeue import RequeueError
+from torchplug.utilities.imports import lazy_attributes
+
+if TYPE_CHECKING:
+    from torchplug_slurm._hostlist import HostlistError, expand_hostlist, first_host
+    from torchplug_slurm._vendor import RequeueError
+    from torchplug_slurm.environment import SLURMEnvironment
 
 __all__ = [
     "HostlistError",
@@ -17,7 +23,12 @@ __all__ = [
     "first_host",
 ]
 
-try:
-    __version__ = version("env-slurm")
-except PackageNotFoundError:  # running from a source tree that was never installed
-    __version__ = "0+unknown"
+_LAZY: Final = {
+    "SLURMEnvironment": "torchplug_slurm.environment",
+    "HostlistError": "torchplug_slurm._hostlist",
+    "expand_hostlist": "torchplug_slurm._hostlist",
+    "first_host": "torchplug_slurm._hostlist",
+    "RequeueError": "torchplug_slurm._vendor",
+}
+
+__getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="env-slurm")

@@ -25,6 +25,6 @@ def torchplug_register_cluster_environments(registry: Registry) -> None:
 
 @hookimpl
 def torchplug_environment_report() -> dict[str, Any] | None:
-    from torchplug_slurm.report import environment_report
+    from torchplug_slurm._vendor import environment_report
 
     return environment_report()

@@ -10,8 +10,8 @@ for a SLURM task when all of these hold:
 2. ``SLURM_PROCID`` and ``SLURM_NTASKS`` are set (ranks can be read).
 3. It is not an interactive shell started with ``srun --pty bash``: ``SLURM_PTY_PORT`` is set and
    this process is not the task itself (``SLURM_TASK_PID`` differs from its PID).
-4. ``SLURM_JOB_NAME`` is not ``interactive`` or ``bash`` for a single-task step: Lightning's
-   escape hatch (``srun --job-name=interactive``) keeps working. With several tasks the name is
+4. ``SLURM_JOB_NAME`` is not ``interactive`` or ``bash`` for a single-task step: the
+   escape hatch ``srun --job-name=interactive`` keeps working. With several tasks the name is
    ignored: ``salloc`` names its jobs ``interactive``, so every ``srun -n2`` inside a ``salloc``
    would be missed, and several tasks that each train alone are never what was meant.
 
@@ -26,12 +26,15 @@ import signal
 import warnings
 from typing import TYPE_CHECKING, ClassVar, Final
 
+from typing_extensions import override
+
 from torchplug import ClusterEnvironment, MisconfigurationError
+from torchplug.environments import Evidence
 from torchplug.utilities.rank_zero import log, rank_zero_warn
-from torchplug_slurm.preemption import SignalWatch, parse_signal
-from torchplug_slurm.rendezvous import main_address, main_port
-from torchplug_slurm.requeue import SCONTROL_VAR, requeue_job
-from torchplug_slurm.variables import MAX_NORMAL_STEP_ID, SlurmVariables
+from torchplug_slurm._preemption import SignalWatch, parse_signal
+from torchplug_slurm._rendezvous import main_address, main_port
+from torchplug_slurm._variables import MAX_NORMAL_STEP_ID, SlurmVariables
+from torchplug_slurm._vendor import SCONTROL_VAR, requeue_job
 
 if TYPE_CHECKING:
     from torchplug import CheckpointIO
@@ -67,7 +70,7 @@ class SLURMEnvironment(ClusterEnvironment):
         checkpoint_on_sigterm: While ``fit`` runs with ``auto_requeue``, a SIGTERM (``scancel``,
             preemption, the time limit) also writes the checkpoint at the next step boundary,
             without ``scontrol requeue`` (SLURM is ending or requeueing the job itself); then the
-            SIGTERM is delivered again and ends the process. See :mod:`torchplug_slurm.preemption`.
+            SIGTERM is delivered again and ends the process. See :mod:`torchplug_slurm._preemption`.
 
     Raises:
         ValueError: ``requeue_signal`` (or ``$TORCHPLUG_SLURM_REQUEUE_SIGNAL``) is not a signal.
@@ -96,14 +99,10 @@ class SLURMEnvironment(ClusterEnvironment):
     # -- detection ----------------------------------------------------------------------------
 
     @classmethod
-    def detect(cls) -> bool:
-        """Whether this process is a task of a SLURM job step (see the module docstring); no side effects."""
-        return _evidence(SlurmVariables.current(), os.getpid())[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace."""
-        return _evidence(SlurmVariables.current(), os.getpid())[1]
+    @override
+    def evidence(cls) -> Evidence:
+        """Whether this process is a task of a SLURM job step (see the module docstring), and what says so."""
+        return _evidence(SlurmVariables.current(), os.getpid())
 
     # -- ranks and rendezvous -----------------------------------------------------------------
 
@@ -112,42 +111,52 @@ class SLURMEnvironment(ClusterEnvironment):
         return SlurmVariables.current()
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: ``srun`` started every task; torchplug must not start more."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """``MASTER_ADDR``, else the first node of ``SLURM_STEP_NODELIST`` (then the job's nodelist)."""
         return main_address(self._vars)
 
     @property
+    @override
     def main_port(self) -> int:
-        """``MASTER_PORT``, else a port derived from the job and step ids (:mod:`torchplug_slurm.rendezvous`)."""
+        """``MASTER_PORT``, else a port derived from the job and step ids (:mod:`torchplug_slurm._rendezvous`)."""
         return main_port(self._vars)
 
+    @override
     def world_size(self) -> int:
         """``SLURM_NTASKS``: the tasks of this step."""
         return self._vars.num_tasks
 
+    @override
     def global_rank(self) -> int:
         """``SLURM_PROCID``."""
         return self._vars.integer("SLURM_PROCID")
 
+    @override
     def local_rank(self) -> int:
         """``SLURM_LOCALID``."""
         return self._vars.integer("SLURM_LOCALID")
 
+    @override
     def node_rank(self) -> int:
         """``SLURM_NODEID``."""
         return self._vars.integer("SLURM_NODEID")
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Ignored: SLURM decides (``validate_settings`` reports a disagreement)."""
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Ignored: SLURM decides."""
 
+    @override
     def processes_per_node(self) -> int | None:
         """The tasks SLURM placed on this node (from the step's ``SLURM_STEP_TASKS_PER_NODE``, ``"2(x3),1"``)."""
         layout = self._vars.tasks_per_node
@@ -159,6 +168,7 @@ class SLURMEnvironment(ClusterEnvironment):
             raise MisconfigurationError(f"SLURM_NODEID={node}, but {name} lists only {len(counts)} node(s): {counts}.")
         return counts[node]
 
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices=`` and ``num_nodes=`` against what SLURM started, with a hint in SLURM's words.
 
@@ -194,6 +204,7 @@ class SLURMEnvironment(ClusterEnvironment):
 
     # -- preemption ---------------------------------------------------------------------------
 
+    @override
     def setup_preemption(self) -> bool:
         """Install the handlers (requeue signal, SIGTERM), which only set flags; False with ``auto_requeue=False``."""
         if not self.auto_requeue:
@@ -210,10 +221,12 @@ class SLURMEnvironment(ClusterEnvironment):
         self._watch = watch
         return True
 
+    @override
     def preemption_requested(self) -> bool:
         """Whether the requeue signal (or a deferred SIGTERM) arrived: a flag read."""
         return self._watch is not None and self._watch.requested
 
+    @override
     def preemption_checkpoint_path(self, root_dir: str) -> str:
         """``<root_dir>/hpc_ckpt_<job id>.ckpt`` (``<array job id>_<task id>`` for an array task)."""
         key = self._vars.job_key
@@ -221,6 +234,7 @@ class SLURMEnvironment(ClusterEnvironment):
             return super().preemption_checkpoint_path(root_dir)
         return f"{root_dir.rstrip('/')}/hpc_ckpt_{key}.ckpt"
 
+    @override
     def requeue(self) -> None:
         """Run ``scontrol requeue <job id>`` (no shell), unless only a SIGTERM arrived (SLURM ends the job itself).
 
@@ -238,6 +252,7 @@ class SLURMEnvironment(ClusterEnvironment):
         output = requeue_job(key)
         log.info("Requeued SLURM job %s%s", key, f": {output}" if output else "")
 
+    @override
     def resume_checkpoint_path(self, root_dir: str, checkpoint_io: CheckpointIO) -> str | None:
         """The preemption checkpoint, when SLURM restarted this job (``SLURM_RESTART_COUNT`` > 0) and it exists.
 
@@ -257,12 +272,14 @@ class SLURMEnvironment(ClusterEnvironment):
         )
         return None
 
+    @override
     def teardown_preemption(self) -> None:
         """Restore the previous handlers; a SIGTERM held back meanwhile is delivered now."""
         watch, self._watch = self._watch, None
         if watch is not None:
             watch.uninstall()
 
+    @override
     def __repr__(self) -> str:
         return f"SLURMEnvironment(auto_requeue={self.auto_requeue}, requeue_signal={self.requeue_signal.name})"
 
@@ -272,32 +289,38 @@ def _in_step(variables: SlurmVariables) -> bool:
     return step is not None and 0 <= step < MAX_NORMAL_STEP_ID
 
 
-def _evidence(variables: SlurmVariables, pid: int) -> tuple[bool, str]:
+def _evidence(variables: SlurmVariables, pid: int) -> Evidence:
     """Whether this process is a task of a SLURM job step, and the variables that say so."""
     job = variables.job_id
     if job is None:
-        return False, "SLURM_JOB_ID not set"
+        return Evidence.absent("SLURM_JOB_ID not set")
     step = variables.text("SLURM_STEP_ID", "SLURM_STEPID")
     if step is None:
-        return False, f"SLURM_JOB_ID={job} but SLURM_STEP_ID not set: a salloc shell or batch script, not an srun task"
+        return Evidence.absent(
+            f"SLURM_JOB_ID={job} but SLURM_STEP_ID not set: a salloc shell or batch script, not an srun task"
+        )
     if not step.isdigit() or not _in_step(variables):
-        return False, f"SLURM_STEP_ID={step} is not an srun step (salloc's interactive step or another special one)"
+        return Evidence.absent(
+            f"SLURM_STEP_ID={step} is not an srun step (salloc's interactive step or another special one)"
+        )
     missing = [name for name in ("SLURM_PROCID", "SLURM_NTASKS") if variables.text(name) is None]
     if missing:
-        return False, f"SLURM_JOB_ID={job}, SLURM_STEP_ID={step}, but not {', '.join(missing)}"
+        return Evidence.absent(f"SLURM_JOB_ID={job}, SLURM_STEP_ID={step}, but not {', '.join(missing)}")
     try:
         tasks = variables.num_tasks
     except MisconfigurationError as exc:
-        return False, str(exc)
+        return Evidence.absent(str(exc))
     evidence = f"SLURM_JOB_ID={job}, SLURM_STEP_ID={step}, SLURM_NTASKS={tasks}"
     if variables.pty and variables.task_pid not in (None, pid):
-        return False, f"{evidence}, but a shell started with srun --pty (SLURM_PTY_PORT set, SLURM_TASK_PID is not us)"
+        return Evidence.absent(
+            f"{evidence}, but a shell started with srun --pty (SLURM_PTY_PORT set, SLURM_TASK_PID is not us)"
+        )
     name = variables.job_name
     if name in _INTERACTIVE_NAMES:
         if tasks == 1:
-            return False, f"{evidence}, but SLURM_JOB_NAME={name} (an interactive job)"
+            return Evidence.absent(f"{evidence}, but SLURM_JOB_NAME={name} (an interactive job)")
         evidence += f"; SLURM_JOB_NAME={name} ignored with several tasks"
-    return True, evidence
+    return Evidence.found(evidence)
 
 
 def _check_devices(per_node: int | None, num_devices: int, variables: SlurmVariables) -> None:

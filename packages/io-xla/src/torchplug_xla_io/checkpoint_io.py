@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
-import sys
 from typing import Any
 
-import torch
+from typing_extensions import override
 
 from torchplug import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.utilities.apply import apply_to_tensors
-from torchplug.utilities.imports import module_available
+from torchplug_xla_io import _vendor
 
 __all__ = ["XLACheckpointIO", "to_cpu"]
 
@@ -24,8 +21,7 @@ class XLACheckpointIO(CheckpointIO):
     torch_xla, so the file loads without torch_xla and with ``weights_only=True``. The file is
     then written by the core's :class:`~torchplug.io.TorchCheckpointIO`: a hidden temporary file
     beside the target, renamed over it once complete, on any fsspec filesystem. A crash or a
-    kill in the middle of a save leaves the previous checkpoint intact (Lightning's
-    ``XLACheckpointIO`` calls ``torch.save`` on the target directly).
+    kill in the middle of a save leaves the previous checkpoint intact.
 
     Every call writes: which process saves is the strategy's decision (torchplug's strategies
     save from global rank 0 only), so this IO does not consult ``xm.is_master_ordinal``.
@@ -49,6 +45,7 @@ class XLACheckpointIO(CheckpointIO):
         """Whether saves are flushed to the disk before the rename."""
         return self._writer.fsync
 
+    @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None = None) -> None:
         """Move ``checkpoint``'s tensors to the CPU and write it to ``path`` atomically."""
         if storage_options is not None:
@@ -58,25 +55,29 @@ class XLACheckpointIO(CheckpointIO):
             )
         self._writer.save_checkpoint(to_cpu(checkpoint), path)
 
+    @override
     def load_checkpoint(self, path: str, map_location: Any | None = None, weights_only: bool = True) -> dict[str, Any]:
         """Read the checkpoint at ``path``: onto ``map_location``, else the XLA device when torch_xla is installed."""
         checkpoint = self._writer.load_checkpoint(
             path, map_location="cpu" if map_location is None else map_location, weights_only=weights_only
         )
         if map_location is None:
-            device = _xla_device()
+            device = _vendor.device()
             if device is not None:
                 checkpoint = apply_to_tensors(checkpoint, lambda t: t.to(device))
         return checkpoint
 
+    @override
     def remove_checkpoint(self, path: str) -> None:
         """Delete the checkpoint at ``path``; nothing happens if it is already gone."""
         self._writer.remove_checkpoint(path)
 
+    @override
     def exists(self, path: str) -> bool:
         """Whether a checkpoint exists at ``path``."""
         return self._writer.exists(path)
 
+    @override
     def __repr__(self) -> str:
         return f"XLACheckpointIO(fsync={self.fsync})"
 
@@ -88,18 +89,7 @@ def to_cpu(data: Any) -> Any:
     runs their pending computations once for all of them. It is used only where torch_xla is
     already imported: without it, this process holds no XLA tensor.
     """
-    xla_model = importlib.import_module("torch_xla.core.xla_model") if "torch_xla" in sys.modules else None
-    convert = getattr(xla_model, "_maybe_convert_to_cpu", None)  # private in torch_xla: used only if present
+    convert = _vendor.batched_to_cpu()
     if convert is not None:
         data = convert(data)
     return apply_to_tensors(data, lambda t: t if t.device.type == "cpu" else t.cpu())
-
-
-def _xla_device() -> torch.device | None:
-    """This process's XLA device when torch_xla is installed, else None."""
-    if not module_available("torch_xla"):
-        return None
-    torch_xla = importlib.import_module("torch_xla")
-    if hasattr(torch_xla, "device"):  # torch_xla >= 2.5
-        return torch_xla.device()  # type: ignore[no-any-return]
-    return importlib.import_module("torch_xla.core.xla_model").xla_device()  # type: ignore[no-any-return]

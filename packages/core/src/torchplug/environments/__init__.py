@@ -1,10 +1,11 @@
 """Cluster environments: where ranks and the rendezvous come from. All are torch-free."""
 
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 from torchplug.utilities.imports import lazy_attributes
 
 __all__ = [
     "ClusterEnvironment",
+    "Evidence",
     "KubeflowEnvironment",
     "LSFEnvironment",
     "LocalEnvironment",

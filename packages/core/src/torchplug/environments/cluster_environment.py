@@ -5,14 +5,54 @@ This module imports no torch at import time.
 
 from __future__ import annotations
 
+import os
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, ClassVar
 
 if TYPE_CHECKING:
     from torchplug._registry import Registry
     from torchplug.io.checkpoint_io import CheckpointIO
 
-__all__ = ["ClusterEnvironment"]
+__all__ = ["ClusterEnvironment", "Evidence"]
+
+
+@dataclass(frozen=True, slots=True)
+class Evidence:
+    """What an environment's :meth:`~ClusterEnvironment.evidence` found: detected or not, and why, in words.
+
+    Attributes:
+        detected: Whether this process runs under the environment.
+        reason: The variables (or files) behind the answer, as a user would check them:
+            ``"SLURM_JOB_ID=41, SLURM_NTASKS=2"`` when detected, ``"TORCHELASTIC_RUN_ID not set"``
+            when not. Shown by ``trainer.describe()`` and ``core plugins list``. None only for an
+            environment that needs no evidence (the ``local`` fallback).
+    """
+
+    detected: bool
+    reason: str | None
+
+    @classmethod
+    def found(cls, reason: str) -> Evidence:
+        """Detected, because of ``reason`` (``"LSB_JOBID=7, JSM_NAMESPACE_SIZE=4"``)."""
+        return cls(True, reason)
+
+    @classmethod
+    def absent(cls, reason: str) -> Evidence:
+        """Not detected, because of ``reason`` (``"LSB_DJOB_RANKFILE=/x is not a file"``)."""
+        return cls(False, reason)
+
+    @classmethod
+    def unset(cls, names: Iterable[str]) -> Evidence | None:
+        """Not detected when any of the variables ``names`` is unset (``"A, B not set"``); None when all are set.
+
+        The common first step of an :meth:`~ClusterEnvironment.evidence`::
+
+            return Evidence.unset(_REQUIRED) or Evidence.found(f"ACME_JOB={os.environ['ACME_JOB']}")
+        """
+        missing = [name for name in names if name not in os.environ]
+        return cls.absent(f"{', '.join(missing)} not set") if missing else None
 
 
 class ClusterEnvironment(ABC):
@@ -22,27 +62,61 @@ class ClusterEnvironment(ABC):
     highest :attr:`detect_priority` first, and takes the first that says yes. Keep the module of
     an implementation free of torch and vendor imports: ``core plugins list`` and auto-detection
     import it to ask ``detect()``.
+
+    Detection, the spec an environment implements:
+
+    * Implement the classmethod :meth:`evidence` and nothing else for detection: it reads the
+      environment variables (or files) the scheduler sets and returns an :class:`Evidence`, found
+      or absent, with the variables that decided it in words. :meth:`detect` and
+      :meth:`detect_reason` are derived from it here, once for every environment.
+    * :meth:`evidence` must be pure: read ``os.environ`` and files, never write them, never warn,
+      never initialise a runtime or import a vendor library (it is asked even when another
+      environment wins, and by ``core plugins list``).
+    * Set :attr:`detect_priority` to place it among the others (see the attribute).
+    * An environment that is never detected automatically (it is brought by a strategy, or named
+      by the user) returns ``Evidence.absent("never detected: ...")`` saying who brings it.
+
+    For example, an environment detected from two variables::
+
+        @classmethod
+        @override
+        def evidence(cls) -> Evidence:
+            return Evidence.unset(("ACME_JOB", "ACME_RANK")) or Evidence.found(f"ACME_JOB={os.environ['ACME_JOB']}")
+
+    A class that overrides :meth:`detect` itself (the Lightning-compatible form) keeps working: its
+    :meth:`detect` is asked, and it has no reason to show unless it overrides :meth:`evidence` too.
     """
 
     #: Order of automatic detection: higher is asked first. The fallback ``local`` has 0.
     detect_priority: ClassVar[int] = 10
 
     @classmethod
-    @abstractmethod
-    def detect(cls) -> bool:
-        """Whether this process runs under this environment.
+    def evidence(cls) -> Evidence | None:
+        """What says whether this process runs under this environment (see the class for the rules).
 
-        Must have no side effects: read environment variables or files, never write them, never
-        warn, never initialise a runtime (it is asked even when another environment wins).
+        Returns:
+            An :class:`Evidence`. The base returns None: no evidence declared, so the environment
+            is never detected (subclasses that override :meth:`detect` instead still are).
         """
+        return None
+
+    @classmethod
+    def detect(cls) -> bool:
+        """Whether this process runs under this environment: :meth:`evidence`'s answer (False without one).
+
+        Has no side effects, as :meth:`evidence`.
+        """
+        found = cls.evidence()
+        return found is not None and found.detected
 
     @classmethod
     def detect_reason(cls) -> str | None:
         """The evidence behind :meth:`detect`, in words (``"SLURM_NTASKS=2, SLURM_JOB_ID=41"``), or None.
 
-        Shown by ``trainer.describe()`` and ``core plugins list``. Same rules as ``detect``: no side effects.
+        :meth:`evidence`'s reason. Shown by ``trainer.describe()`` and ``core plugins list``. No side effects.
         """
-        return None
+        found = cls.evidence()
+        return None if found is None else found.reason
 
     @property
     @abstractmethod

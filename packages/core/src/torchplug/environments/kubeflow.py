@@ -8,9 +8,11 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
+from typing_extensions import override
+
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int, read_text
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["KubeflowEnvironment"]
 
@@ -32,7 +34,7 @@ class KubeflowEnvironment(ClusterEnvironment):
     processes per pod, start them with ``torchrun`` (``nprocPerNode`` in the PyTorchJob): torchplug
     then detects the ``torchelastic`` environment instead.
 
-    Detection asks for strong signals only (Lightning matched any Kubernetes pod): it needs
+    Detection asks for strong signals only: it needs
     ``KUBERNETES_SERVICE_HOST`` *and* ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE`` and ``RANK``,
     and no torchrun (``TORCHELASTIC_RUN_ID`` unset). Nothing is written to ``os.environ``.
     """
@@ -40,30 +42,24 @@ class KubeflowEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 60
 
     @classmethod
-    def detect(cls) -> bool:
-        """True inside a Kubernetes pod that has the PyTorchJob variables and was not started by torchrun."""
-        return cls._evidence()[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace (no side effects)."""
-        return cls._evidence()[1]
-
-    @classmethod
-    def _evidence(cls) -> tuple[bool, str]:
-        missing = [name for name in _REQUIRED if name not in os.environ]
-        if missing:
-            return False, f"{', '.join(missing)} not set"
+    @override
+    def evidence(cls) -> Evidence:
+        """Detected inside a Kubernetes pod that has the PyTorchJob variables and was not started by torchrun."""
+        missing = Evidence.unset(_REQUIRED)
+        if missing is not None:
+            return missing
         if "TORCHELASTIC_RUN_ID" in os.environ:
-            return False, "started by torchrun (TORCHELASTIC_RUN_ID set)"
-        return True, f"KUBERNETES_SERVICE_HOST, MASTER_ADDR set, WORLD_SIZE={os.environ['WORLD_SIZE']}"
+            return Evidence.absent("started by torchrun (TORCHELASTIC_RUN_ID set)")
+        return Evidence.found(f"KUBERNETES_SERVICE_HOST, MASTER_ADDR set, WORLD_SIZE={os.environ['WORLD_SIZE']}")
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: the operator started the pods, one process each; torchplug must not spawn."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """``MASTER_ADDR``: the master replica's service name, set by the operator.
 
@@ -73,6 +69,7 @@ class KubeflowEnvironment(ClusterEnvironment):
         return read_text("kubeflow", "MASTER_ADDR", _HINT)
 
     @property
+    @override
     def main_port(self) -> int:
         """``MASTER_PORT``, set by the operator.
 
@@ -81,32 +78,40 @@ class KubeflowEnvironment(ClusterEnvironment):
         """
         return _read_int("MASTER_PORT")
 
+    @override
     def world_size(self) -> int:
         """``WORLD_SIZE``: the number of pods (one process each)."""
         return _read_int("WORLD_SIZE")
 
+    @override
     def global_rank(self) -> int:
         """``RANK``: this pod's index."""
         return _read_int("RANK")
 
+    @override
     def local_rank(self) -> int:
         """Always 0: one process per pod."""
         return 0
 
+    @override
     def node_rank(self) -> int:
         """``RANK``: with one process per pod, each pod is a node."""
         return self.global_rank()
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Ignored: the PyTorchJob's replica count decides the world size."""
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Ignored: the operator decides the ranks."""
 
+    @override
     def processes_per_node(self) -> int | None:
         """Always 1: one process per pod."""
         return 1
 
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices=``/``num_nodes=`` against one process per pod and ``WORLD_SIZE`` pods.
 
@@ -140,6 +145,7 @@ class KubeflowEnvironment(ClusterEnvironment):
                 f"Hint: set `num_nodes={world_size}`."
             )
 
+    @override
     def teardown(self) -> None:
         """Nothing to undo: this environment never writes ``os.environ``."""
 

@@ -6,7 +6,9 @@ import os
 import socket
 from typing import ClassVar
 
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from typing_extensions import override
+
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["LocalEnvironment", "find_free_port"]
 
@@ -33,21 +35,25 @@ class LocalEnvironment(ClusterEnvironment):
         self._port: int | None = None
 
     @classmethod
-    def detect(cls) -> bool:
-        """Always True: the fallback when no scheduler is detected."""
-        return True
+    @override
+    def evidence(cls) -> Evidence:
+        """Always detected, with nothing to show: the fallback when no scheduler is detected."""
+        return Evidence(detected=True, reason=None)
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """True when ``LOCAL_RANK`` is set, meaning the processes were started by someone else."""
         return "LOCAL_RANK" in os.environ
 
     @property
+    @override
     def main_address(self) -> str:
         """``MASTER_ADDR``, else 127.0.0.1."""
         return os.environ.get("MASTER_ADDR", "127.0.0.1")
 
     @property
+    @override
     def main_port(self) -> int:
         """``MASTER_PORT``, else a free port chosen once for this environment object."""
         if "MASTER_PORT" in os.environ:
@@ -56,26 +62,32 @@ class LocalEnvironment(ClusterEnvironment):
             self._port = find_free_port()
         return self._port
 
+    @override
     def world_size(self) -> int:
         """The world size the strategy set."""
         return self._world_size
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Set by the strategy: devices × nodes."""
         self._world_size = size
 
+    @override
     def global_rank(self) -> int:
         """The rank the strategy set."""
         return self._global_rank
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Set by the strategy: node rank × devices + local rank."""
         self._global_rank = rank
 
+    @override
     def local_rank(self) -> int:
         """``LOCAL_RANK``, else 0."""
         return int(os.environ.get("LOCAL_RANK", 0))
 
+    @override
     def node_rank(self) -> int:
         """``NODE_RANK``, else ``GROUP_RANK``, else 0."""
         return int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", 0)))

@@ -9,9 +9,11 @@ import os
 import socket
 from typing import ClassVar
 
+from typing_extensions import override
+
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["LSFEnvironment"]
 
@@ -33,14 +35,14 @@ class LSFEnvironment(ClusterEnvironment):
 
     Ranks come from ``JSM_NAMESPACE_SIZE``, ``JSM_NAMESPACE_RANK`` and ``JSM_NAMESPACE_LOCAL_RANK``.
     The compute hosts are read, on first use, from the file ``LSB_DJOB_RANKFILE`` names (one line
-    per slot); its first line is the launch node, which runs no training process, and is skipped,
-    as Lightning does. The first compute host is the rendezvous address; the node rank is this
-    host's index among the distinct compute hosts, in file order. Nothing is written to ``os.environ``.
+    per slot); its first line is the launch node, which runs no training process, and is skipped.
+    The first compute host is the rendezvous address; the node rank is this host's index among the
+    distinct compute hosts, in file order. Nothing is written to ``os.environ``.
 
     The port is ``MASTER_PORT`` when set. Otherwise it is derived from the job: ``10000 +
-    (LSB_JOBID + 7919 × LSB_JOBINDEX) % 20000``. Lightning uses ``10000 + LSB_JOBID % 1000``; the
-    wider range gives 20000 consecutive job ids (not 1000) distinct ports, the array index keeps
-    concurrent elements of one array job apart, and the range stays below the OS's ephemeral ports.
+    (LSB_JOBID + 7919 × LSB_JOBINDEX) % 20000``: 20000 consecutive job ids get distinct ports, the
+    array index keeps concurrent elements of one array job apart, and the range stays below the
+    OS's ephemeral ports.
     """
 
     detect_priority: ClassVar[int] = 80
@@ -49,35 +51,31 @@ class LSFEnvironment(ClusterEnvironment):
         self._hosts: list[str] | None = None
 
     @classmethod
-    def detect(cls) -> bool:
-        """True when the LSF and jsrun variables are set and the rankfile exists.
+    @override
+    def evidence(cls) -> Evidence:
+        """Detected when the LSF and jsrun variables are set and the rankfile exists.
 
         The variables: ``LSB_JOBID``, ``LSB_DJOB_RANKFILE``, ``JSM_NAMESPACE_LOCAL_RANK`` and
         ``JSM_NAMESPACE_SIZE``. The rankfile is only checked for existence, not read.
         """
-        return cls._evidence()[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace (no side effects)."""
-        return cls._evidence()[1]
-
-    @classmethod
-    def _evidence(cls) -> tuple[bool, str]:
-        missing = [name for name in _REQUIRED if name not in os.environ]
-        if missing:
-            return False, f"{', '.join(missing)} not set"
+        missing = Evidence.unset(_REQUIRED)
+        if missing is not None:
+            return missing
         rankfile = os.environ["LSB_DJOB_RANKFILE"]
         if not os.path.isfile(rankfile):
-            return False, f"LSB_DJOB_RANKFILE={rankfile} is not a file"
-        return True, f"LSB_JOBID={os.environ['LSB_JOBID']}, JSM_NAMESPACE_SIZE={os.environ['JSM_NAMESPACE_SIZE']}"
+            return Evidence.absent(f"LSB_DJOB_RANKFILE={rankfile} is not a file")
+        return Evidence.found(
+            f"LSB_JOBID={os.environ['LSB_JOBID']}, JSM_NAMESPACE_SIZE={os.environ['JSM_NAMESPACE_SIZE']}"
+        )
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: jsrun started every process; torchplug must not spawn more."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """The first compute host in ``LSB_DJOB_RANKFILE`` (the launch node on its first line skipped).
 
@@ -87,6 +85,7 @@ class LSFEnvironment(ClusterEnvironment):
         return self._compute_hosts()[0]
 
     @property
+    @override
     def main_port(self) -> int:
         """``MASTER_PORT`` when set, else a port derived from ``LSB_JOBID`` and ``LSB_JOBINDEX`` (see the class).
 
@@ -99,18 +98,22 @@ class LSFEnvironment(ClusterEnvironment):
         index = _read_int("LSB_JOBINDEX") if os.environ.get("LSB_JOBINDEX") else 0
         return _PORT_BASE + (job_id + _INDEX_STRIDE * index) % _PORT_SPAN
 
+    @override
     def world_size(self) -> int:
         """``JSM_NAMESPACE_SIZE``: the number of processes jsrun started."""
         return _read_int("JSM_NAMESPACE_SIZE")
 
+    @override
     def global_rank(self) -> int:
         """``JSM_NAMESPACE_RANK``: this process's rank among all processes."""
         return _read_int("JSM_NAMESPACE_RANK")
 
+    @override
     def local_rank(self) -> int:
         """``JSM_NAMESPACE_LOCAL_RANK``: this process's rank on its node."""
         return _read_int("JSM_NAMESPACE_LOCAL_RANK")
 
+    @override
     def node_rank(self) -> int:
         """This host's index among the distinct compute hosts of ``LSB_DJOB_RANKFILE``, in file order.
 
@@ -133,16 +136,20 @@ class LSFEnvironment(ClusterEnvironment):
             "Hint: run the training processes through `jsrun` on the job's compute hosts."
         )
 
+    @override
     def processes_per_node(self) -> int | None:
         """None: LSF does not say (the rankfile lists slots, not processes), so set ``devices=`` explicitly."""
         return None
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Ignored: jsrun decides the world size."""
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Ignored: jsrun decides the ranks."""
 
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check that ``devices`` × ``num_nodes`` equals the number of processes jsrun started.
 
@@ -162,6 +169,7 @@ class LSFEnvironment(ClusterEnvironment):
                 f"so that devices × num_nodes = {world_size}, or change `jsrun --nrs/--tasks_per_rs`."
             )
 
+    @override
     def teardown(self) -> None:
         """Nothing to undo: this environment never writes ``os.environ``."""
 

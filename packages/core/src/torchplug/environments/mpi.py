@@ -1,7 +1,7 @@
 """The ``mpi`` cluster environment: processes started by ``mpirun``/``mpiexec``.
 
 Detection and ranks use only the environment variables MPI launchers export, so neither this
-module nor :meth:`MPIEnvironment.detect` imports mpi4py (importing it initialises MPI). mpi4py is
+module nor :meth:`MPIEnvironment.evidence` imports mpi4py (importing it initialises MPI). mpi4py is
 imported only to find the rendezvous when ``MASTER_ADDR``/``MASTER_PORT`` are not set.
 Imports no torch.
 """
@@ -13,9 +13,11 @@ import socket
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from typing_extensions import override
+
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 from torchplug.environments.local import find_free_port
 
 __all__ = ["MPIEnvironment"]
@@ -87,33 +89,29 @@ class MPIEnvironment(ClusterEnvironment):
         self._main_port: int | None = None
 
     @classmethod
-    def detect(cls) -> bool:
-        """True when a supported launcher's size, rank and local-rank variables are set, with size > 1."""
-        return cls._evidence()[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace (no side effects)."""
-        return cls._evidence()[1]
-
-    @classmethod
-    def _evidence(cls) -> tuple[bool, str]:
+    @override
+    def evidence(cls) -> Evidence:
+        """Detected when a supported launcher's size, rank and local-rank variables are set, with size > 1."""
         launcher = _find_launcher()
         if launcher is None:
-            return False, "no MPI launcher variables (OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE) set"
+            return Evidence.absent(
+                "no MPI launcher variables (OMPI_COMM_WORLD_SIZE, PMI_SIZE, MV2_COMM_WORLD_SIZE) set"
+            )
         size = os.environ[launcher.size]
         if not size.isdigit():
-            return False, f"{launcher.size}={size!r} is not a number"
+            return Evidence.absent(f"{launcher.size}={size!r} is not a number")
         if int(size) <= 1:
-            return False, f"{launcher.size}={size}: a single process"
-        return True, f"{launcher.name}, {launcher.size}={size}"
+            return Evidence.absent(f"{launcher.size}={size}: a single process")
+        return Evidence.found(f"{launcher.name}, {launcher.size}={size}")
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: the MPI launcher started every process; torchplug must not spawn more."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """``MASTER_ADDR`` when set, else rank 0's host name broadcast with mpi4py (collective, cached).
 
@@ -129,6 +127,7 @@ class MPIEnvironment(ClusterEnvironment):
         return self._main_address
 
     @property
+    @override
     def main_port(self) -> int:
         """``MASTER_PORT`` when set, else a free port on rank 0 broadcast with mpi4py (collective, cached).
 
@@ -144,6 +143,7 @@ class MPIEnvironment(ClusterEnvironment):
             self._main_port = int(comm.bcast(port, root=0))
         return self._main_port
 
+    @override
     def world_size(self) -> int:
         """The launcher's world size (``OMPI_COMM_WORLD_SIZE``, ``PMI_SIZE``, ...).
 
@@ -152,14 +152,17 @@ class MPIEnvironment(ClusterEnvironment):
         """
         return _read_int(_launcher().size)
 
+    @override
     def global_rank(self) -> int:
         """The launcher's rank of this process (``OMPI_COMM_WORLD_RANK``, ``PMI_RANK``, ...)."""
         return _read_int(_launcher().rank)
 
+    @override
     def local_rank(self) -> int:
         """This process's rank on its node (``OMPI_COMM_WORLD_LOCAL_RANK``, ``MPI_LOCALRANKID``, ...)."""
         return _read_int(_launcher().local_rank)
 
+    @override
     def node_rank(self) -> int:
         """``PALS_NODEID`` under PALS, else global rank // processes per node (block placement, see the class).
 
@@ -187,17 +190,21 @@ class MPIEnvironment(ClusterEnvironment):
             )
         return rank // per_node
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Ignored: the MPI launcher decides the world size (``-np``)."""
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Ignored: the MPI launcher decides the ranks."""
 
+    @override
     def processes_per_node(self) -> int | None:
         """The launcher's local size (``OMPI_COMM_WORLD_LOCAL_SIZE``, ``MPI_LOCALNRANKS``, ...), or None if unset."""
         launcher = _launcher()
         return _read_int(launcher.local_size) if launcher.local_size in os.environ else None
 
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices=``/``num_nodes=`` against the processes the MPI launcher started.
 
@@ -226,6 +233,7 @@ class MPIEnvironment(ClusterEnvironment):
                 f"`mpirun -np {num_devices * num_nodes}` with {_PER_NODE_FLAGS}."
             )
 
+    @override
     def teardown(self) -> None:
         """Nothing to undo: this environment never writes ``os.environ`` (MPI itself is left as it is)."""
 

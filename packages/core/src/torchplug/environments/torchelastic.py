@@ -9,9 +9,11 @@ from __future__ import annotations
 import os
 from typing import ClassVar
 
+from typing_extensions import override
+
 from torchplug._errors import MisconfigurationError
 from torchplug.environments._variables import read_int, read_text
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["TorchElasticEnvironment"]
 
@@ -37,30 +39,24 @@ class TorchElasticEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 100
 
     @classmethod
-    def detect(cls) -> bool:
-        """True when ``TORCHELASTIC_RUN_ID``, ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` are all set."""
-        return cls._evidence()[0]
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace (no side effects)."""
-        return cls._evidence()[1]
-
-    @classmethod
-    def _evidence(cls) -> tuple[bool, str]:
+    @override
+    def evidence(cls) -> Evidence:
+        """Detected when ``TORCHELASTIC_RUN_ID``, ``WORLD_SIZE``, ``RANK`` and ``LOCAL_RANK`` are all set."""
         if _RUN_ID not in os.environ:
-            return False, f"{_RUN_ID} not set"
+            return Evidence.absent(f"{_RUN_ID} not set")
         missing = [name for name in _RANK_VARS if name not in os.environ]
         if missing:
-            return False, f"{_RUN_ID} set, but not {', '.join(missing)}"
-        return True, f"{_RUN_ID}={os.environ[_RUN_ID]}, WORLD_SIZE={os.environ['WORLD_SIZE']}"
+            return Evidence.absent(f"{_RUN_ID} set, but not {', '.join(missing)}")
+        return Evidence.found(f"{_RUN_ID}={os.environ[_RUN_ID]}, WORLD_SIZE={os.environ['WORLD_SIZE']}")
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: torchrun started one process per device; torchplug must not spawn more."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """``MASTER_ADDR``, as exported by torchrun.
 
@@ -75,6 +71,7 @@ class TorchElasticEnvironment(ClusterEnvironment):
         )
 
     @property
+    @override
     def main_port(self) -> int:
         """``MASTER_PORT``, as exported by torchrun.
 
@@ -83,32 +80,40 @@ class TorchElasticEnvironment(ClusterEnvironment):
         """
         return _read_int("MASTER_PORT")
 
+    @override
     def world_size(self) -> int:
         """``WORLD_SIZE``: the number of processes torchrun started on all nodes."""
         return _read_int("WORLD_SIZE")
 
+    @override
     def global_rank(self) -> int:
         """``RANK``: this process's rank among all processes."""
         return _read_int("RANK")
 
+    @override
     def local_rank(self) -> int:
         """``LOCAL_RANK``: this process's rank on its node."""
         return _read_int("LOCAL_RANK")
 
+    @override
     def node_rank(self) -> int:
         """``GROUP_RANK`` (torchrun's node rank), or 0 when it is not set (a single node)."""
         return _read_int("GROUP_RANK") if "GROUP_RANK" in os.environ else 0
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Ignored: torchrun decides the world size (``--nproc_per_node`` × ``--nnodes``)."""
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Ignored: torchrun decides the ranks."""
 
+    @override
     def processes_per_node(self) -> int | None:
         """``LOCAL_WORLD_SIZE`` (torchrun's ``--nproc_per_node``), or None when it is not set."""
         return _read_int("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else None
 
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices=``/``num_nodes=`` against what torchrun started.
 
@@ -137,6 +142,7 @@ class TorchElasticEnvironment(ClusterEnvironment):
                 f"{nodes}, so that devices × num_nodes = {world_size}."
             )
 
+    @override
     def teardown(self) -> None:
         """Nothing to undo: this environment never writes ``os.environ``."""
 

@@ -1,4 +1,8 @@
-"""The ``xla`` strategy: one process per XLA device, gradients all-reduced by torch_xla's collectives."""
+"""The XLA strategies.
+
+* ``xla`` (:class:`XLAStrategy`): one process per XLA device, gradients all-reduced by torch_xla's collectives.
+* ``single_xla`` (:class:`SingleXLAStrategy`): one XLA device, in this process.
+"""
 
 from __future__ import annotations
 
@@ -9,15 +13,17 @@ from typing import Any, ClassVar, Final, TypeVar
 
 import torch
 from torch.optim import Optimizer
+from typing_extensions import override
 
 from torchplug import Accelerator, CheckpointIO, ClusterEnvironment, MisconfigurationError, Precision
 from torchplug.strategies.parallel import ParallelStrategy
-from torchplug_tpu import _xla
+from torchplug.strategies.single_device import SingleDeviceStrategy
+from torchplug_tpu import _vendor
+from torchplug_tpu._launcher import XLALauncher
 from torchplug_tpu.environment import XLAEnvironment
-from torchplug_tpu.launcher import XLALauncher
 from torchplug_tpu.precision import XLA_PRECISIONS
 
-__all__ = ["XLAStrategy"]
+__all__ = ["SingleXLAStrategy", "XLAStrategy"]
 
 T = TypeVar("T")
 
@@ -71,6 +77,7 @@ class XLAStrategy(ParallelStrategy):
     # the runtime: starting it there would make torch_xla refuse to spawn the processes.
 
     @property
+    @override
     def root_device(self) -> torch.device:
         """This process's XLA device (known only inside the launched processes)."""
         if not self._launched:
@@ -78,39 +85,46 @@ class XLAStrategy(ParallelStrategy):
                 "strategy='xla' knows its XLA device only inside the processes it launches (trainer.fit() starts "
                 "them). Hint: move tensors with self.device inside the Module's hooks, not before fit()."
             )
-        return _xla.device()
+        return _vendor.device()
 
     @property
+    @override
     def global_rank(self) -> int:
         """This process's rank (0 before the launch)."""
         return super().global_rank if self._launched else 0
 
     @property
+    @override
     def local_rank(self) -> int:
         """This process's rank on its host (0 before the launch)."""
         return super().local_rank if self._launched else 0
 
     @property
+    @override
     def node_rank(self) -> int:
         """This host's rank (0 before the launch)."""
         return super().node_rank if self._launched else 0
 
     @property
+    @override
     def world_size(self) -> int:
         """The number of processes, from the runtime (this host's device count before the launch)."""
         return super().world_size if self._launched else self.num_processes
 
     @property
+    @override
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
         """Each process reads the shard of its global rank; the runtime knows how many there are."""
         return {"num_replicas": self.world_size, "rank": self.global_rank}
 
     # -- set-up ---------------------------------------------------------------------------------
 
+    @override
     def precision_for(self, precision: str) -> str:
         """The XLA precision for a core precision name (other names are kept)."""
         return XLA_PRECISIONS.get(precision, precision)
 
+    @override
     def _configure_launcher(self) -> None:
         accelerator = self.accelerator
         if accelerator is None or accelerator.device_type != "xla":
@@ -126,27 +140,32 @@ class XLAStrategy(ParallelStrategy):
             )
         self.launcher = XLALauncher(self, self.start_method)
 
+    @override
     def set_world_ranks(self) -> None:
         """Nothing to set: the XLA runtime numbers the processes."""
 
+    @override
     def setup_environment(self) -> None:
         """Mark this process launched; the runtime has already joined it to the others."""
         self._launched = True
         assert self.accelerator is not None, "the Trainer sets the accelerator before setup_environment()"
         self.accelerator.setup_device(self.root_device)
 
+    @override
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Give every process rank 0's parameters and buffers (``xm.broadcast_master_param``)."""
         if self.sync_module_states and self.world_size > 1:
-            _xla.xla_model().broadcast_master_param(module)
+            _vendor.xla_model().broadcast_master_param(module)
         return module
 
+    @override
     def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
         """Wrap the loader in torch_xla's ``MpDeviceLoader`` (batches arrive on the device)."""
-        return _xla.device_loader(dataloader, self.root_device)
+        return _vendor.device_loader(dataloader, self.root_device)
 
     # -- steps ----------------------------------------------------------------------------------
 
+    @override
     def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
         """Backward through the precision, then average the gradients over the processes (unless accumulating)."""
         super().backward(loss, optimizer)
@@ -154,7 +173,7 @@ class XLAStrategy(ParallelStrategy):
             self._reduce_gradients(optimizer)
 
     def _reduce_gradients(self, optimizer: Optimizer | None) -> None:
-        xm = _xla.xla_model()
+        xm = _vendor.xla_model()
         if optimizer is not None:
             xm.reduce_gradients(optimizer)
             return
@@ -164,6 +183,7 @@ class XLAStrategy(ParallelStrategy):
             xm.all_reduce(xm.REDUCE_SUM, gradients, scale=1.0 / self.world_size)
 
     @contextlib.contextmanager
+    @override
     def no_backward_sync(self, enabled: bool = True) -> Generator[None, None, None]:
         """Skip the gradient all-reduce inside the block (for gradient accumulation)."""
         previous, self._sync_gradients = self._sync_gradients, not enabled
@@ -172,26 +192,29 @@ class XLAStrategy(ParallelStrategy):
         finally:
             self._sync_gradients = previous
 
+    @override
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
         """Step through the precision plugin, then run the step's graph on the device (``torch_xla.sync``)."""
         result = super().optimizer_step(optimizer, closure)
-        _xla.sync()
+        _vendor.sync()
         return result
 
     # -- collectives ----------------------------------------------------------------------------
 
+    @override
     def barrier(self, name: str | None = None) -> None:
         """Wait for every process (``xm.rendezvous``); nothing to wait for before the launch."""
         if self._launched and self.world_size > 1:
-            _xla.xla_model().rendezvous(name or "torchplug_tpu.barrier")
+            _vendor.xla_model().rendezvous(name or "torchplug_tpu.barrier")
 
+    @override
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send ``obj`` (a tensor or any picklable object) from rank ``src`` to every process."""
         if not self._launched or self.world_size == 1:
             return obj
         if isinstance(obj, torch.Tensor):
             tensor = obj.detach().clone().to(self.root_device)
-            _xla.xla_model().collective_broadcast([tensor], root_ordinal=src)
+            _vendor.xla_model().collective_broadcast([tensor], root_ordinal=src)
             return tensor  # type: ignore[return-value]
         payload = pickle.dumps(obj) if self.global_rank == src else b""
         # The ranks' payloads differ in size: broadcast the size first, then the padded bytes.
@@ -204,19 +227,21 @@ class XLAStrategy(ParallelStrategy):
 
     def _broadcast_tensor(self, tensor: torch.Tensor, src: int) -> torch.Tensor:
         on_device = tensor.to(self.root_device)
-        _xla.xla_model().collective_broadcast([on_device], root_ordinal=src)
+        _vendor.xla_model().collective_broadcast([on_device], root_ordinal=src)
         return on_device
 
+    @override
     def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
         """Gather ``tensor`` from every process, stacked on a new first dimension of size world_size."""
         if not self._launched or self.world_size == 1:
             return tensor.unsqueeze(0)
         value = tensor.unsqueeze(0).to(self.root_device)
         if sync_grads:
-            functions = _xla.import_xla("torch_xla.core.functions")
+            functions = _vendor.import_xla("torch_xla.core.functions")
             return functions.all_gather(value, dim=0)  # type: ignore[no-any-return]
-        return _xla.xla_model().all_gather(value, dim=0)  # type: ignore[no-any-return]
+        return _vendor.xla_model().all_gather(value, dim=0)  # type: ignore[no-any-return]
 
+    @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
         """Reduce over every process: ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``."""
         op = (reduce_op or "mean").lower()
@@ -227,10 +252,11 @@ class XLAStrategy(ParallelStrategy):
         value = torch.as_tensor(tensor).to(self.root_device)
         if op == "mean" and not value.is_floating_point():
             value = value.float()  # XLA devices have no fast float64
-        xm = _xla.xla_model()
+        xm = _vendor.xla_model()
         reduced = xm.all_reduce(getattr(xm, _REDUCE_OPS[op]), value)
         return reduced / self.world_size if op == "mean" else reduced
 
+    @override
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """True if every process (``all=True``) or any process decided True."""
         if not self._launched or self.world_size == 1:
@@ -240,10 +266,74 @@ class XLAStrategy(ParallelStrategy):
 
     # -- checkpoints ----------------------------------------------------------------------------
 
+    @override
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
         """Run every process's pending graph (it may hold collectives), then write from rank 0 only."""
-        _xla.sync()
+        _vendor.sync()
         super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
+    @override
     def __repr__(self) -> str:
         return f"XLAStrategy(start_method={self.start_method!r}, sync_module_states={self.sync_module_states})"
+
+
+class SingleXLAStrategy(SingleDeviceStrategy):
+    """Train on one XLA device (a TPU core or chip) in this process.
+
+    Batches arrive on the device through torch_xla's ``MpDeviceLoader``, and the lazy graph is
+    run on the device after every optimizer step (``torch_xla.sync``).
+
+    Args:
+        device: The device index (``2``, ``"xla:2"``, ``torch.device("xla", 2)``); by default the
+            one ``devices=`` selects (``devices=[2]``), else this process's default XLA device.
+        accelerator, precision, checkpoint_io: As for :class:`torchplug.Strategy`.
+    """
+
+    def __init__(
+        self,
+        device: int | str | torch.device | None = None,
+        accelerator: Accelerator | None = None,
+        precision: Precision | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+    ) -> None:
+        if isinstance(device, str) and device.isdigit():
+            device = int(device)
+        placeholder = torch.device("xla", device) if isinstance(device, int) else device
+        super().__init__(placeholder, accelerator=accelerator, precision=precision, checkpoint_io=checkpoint_io)
+        self._root: torch.device | None = None
+
+    @property
+    @override
+    def root_device(self) -> torch.device:
+        """The XLA device, as torch_xla names it (asked once; this starts the XLA runtime)."""
+        if self._root is None:
+            chosen = self._device or (self.parallel_devices[0] if self.parallel_devices else None)
+            self._root = _vendor.device(chosen.index if chosen is not None else None)
+        return self._root
+
+    @override
+    def precision_for(self, precision: str) -> str:
+        """The XLA precision for a core precision name (other names are kept)."""
+        return XLA_PRECISIONS.get(precision, precision)
+
+    @override
+    def process_dataloader(self, dataloader: Iterable[Any]) -> Iterable[Any]:
+        """Wrap the loader in torch_xla's ``MpDeviceLoader`` (batches arrive on the device)."""
+        return _vendor.device_loader(dataloader, self.root_device)
+
+    @override
+    def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
+        """Step through the precision plugin, then run the step's graph on the device (``torch_xla.sync``)."""
+        result = super().optimizer_step(optimizer, closure)
+        _vendor.sync()
+        return result
+
+    @override
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
+        """Run the pending graph, then write the checkpoint through the checkpoint IO."""
+        _vendor.sync()
+        super().save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+
+    @override
+    def __repr__(self) -> str:
+        return f"SingleXLAStrategy(device={self._device!s})" if self._device is not None else "SingleXLAStrategy()"

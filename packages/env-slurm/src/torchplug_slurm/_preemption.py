@@ -1,10 +1,10 @@
 """Signal handlers that only take note: the preemption notice, and a SIGTERM held back until it is safe.
 
 A signal handler runs between two bytecodes of whatever the main thread is doing, possibly in
-the middle of ``torch.save`` or a collective. Lightning checkpoints and runs ``scontrol`` inside
-the handler, which hangs or tears checkpoints (Lightning #21406). Here the handler records the
-signal and returns; the Trainer polls :attr:`SignalWatch.requested` at its next step boundary and
-does the work there, in the normal flow of the program.
+the middle of ``torch.save`` or a collective, so a handler that checkpoints or runs ``scontrol``
+itself can hang or tear checkpoints. Here the handler records the signal and returns; the
+Trainer polls :attr:`SignalWatch.requested` at its next step boundary and does the work there,
+in the normal flow of the program.
 
 SIGTERM (what SLURM sends on ``scancel``, on preemption, at the time limit and to a job being
 requeued) is handled the same way while fit runs, when its previous disposition was the default

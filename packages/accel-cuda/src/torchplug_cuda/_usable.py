@@ -12,14 +12,14 @@ from typing import Final
 
 import torch
 
-from torchplug_cuda.devices import cuda_unavailable_reason, num_cuda_devices, visible_summary
+from torchplug_cuda._devices import cuda_unavailable_reason, num_cuda_devices, visible_summary
 
 __all__ = ["REUSE_ENV", "find_usable_cuda_devices", "try_cuda_devices"]
 
 #: Where the answer is kept for the ranks the DDP launcher starts (they inherit this process's environment).
 REUSE_ENV: Final = "TORCHPLUG_CUDA_USABLE_DEVICES"
 
-_CHILD_CODE: Final = "from torchplug_cuda.usable import _child_main; _child_main()"
+_CHILD_CODE: Final = "from torchplug_cuda._usable import _child_main; _child_main()"
 
 
 def find_usable_cuda_devices(num_devices: int = -1, *, isolated: bool = True, timeout: float = 120.0) -> list[int]:
@@ -29,7 +29,7 @@ def find_usable_cuda_devices(num_devices: int = -1, *, isolated: bool = True, ti
     where GPUs in "exclusive process" compute mode may be held by other jobs. Each visible GPU is
     tried in order, by allocating a tiny tensor on it, until ``num_devices`` have worked.
 
-    Unlike Lightning's function of the same name, the trial runs by default in a short-lived child
+    The trial runs by default in a short-lived child
     process (``isolated=True``, about two seconds to import torch there): this process keeps CUDA
     uninitialised, so ``strategy="ddp_fork"`` still works, and it holds no context on the GPUs it
     tried, which in exclusive mode would lock its own DDP ranks out of them. The answer is kept

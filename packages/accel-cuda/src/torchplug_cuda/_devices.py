@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from torchplug_cuda._probe import VISIBLE_DEVICES_ENV, driver_reason, hidden_reason
+from torchplug_cuda._vendor import VISIBLE_DEVICES_ENV, driver_reason, hidden_reason
 
 __all__ = ["cuda_unavailable_reason", "is_cuda_available", "num_cuda_devices", "parse_cuda_devices"]
 

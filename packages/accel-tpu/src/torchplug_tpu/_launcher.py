@@ -15,15 +15,16 @@ from typing import TYPE_CHECKING, Any, Final
 
 import torch
 import torch.multiprocessing as mp
+from typing_extensions import override
 
 from torchplug import Launcher, MisconfigurationError
 
 # The core's helpers that carry rank 0's state back to the caller's Trainer (shared with ddp_spawn).
 from torchplug.strategies.launchers.multiprocessing import collect_results, own_parameters, restore_results
-from torchplug_tpu import _xla
+from torchplug_tpu import _vendor
 
 if TYPE_CHECKING:
-    from torchplug_tpu.xla import XLAStrategy
+    from torchplug_tpu.strategy import XLAStrategy
 
 __all__ = ["XLALauncher"]
 
@@ -43,7 +44,7 @@ class XLALauncher(Launcher):
 
     Args:
         strategy: The XLA strategy being launched.
-        start_method: ``"fork"`` (the default, as in Lightning: works in notebooks), ``"spawn"`` or
+        start_method: ``"fork"`` (the default: works in notebooks), ``"spawn"`` or
             ``"forkserver"``. torch_xla's process pool pickles the Trainer, model and data with any
             of them; with ``spawn`` they must also be importable in the new processes.
     """
@@ -58,13 +59,15 @@ class XLALauncher(Launcher):
         self.start_method = start_method
 
     @property
+    @override
     def is_interactive_compatible(self) -> bool:
         """Only ``fork`` works in a notebook (spawned processes cannot import the notebook's code)."""
         return self.start_method == "fork"
 
+    @override
     def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         """Run ``function`` in one process per device and return rank 0's result here."""
-        xmp = _xla.import_xla("torch_xla.distributed.xla_multiprocessing")
+        xmp = _vendor.import_xla("torch_xla.distributed.xla_multiprocessing")
         if self.strategy.num_processes == 1:
             holder: list[Any] = []
             xmp.spawn(_run_here, args=(function, args, kwargs, holder), nprocs=1, start_method=self.start_method)
@@ -111,10 +114,10 @@ def _worker(
             own_parameters(trainer.module)
         result = function(*args, **kwargs)
         state_dict = trainer.strategy.module_state_dict() if trainer is not None else {}
-        _xla.sync()  # every rank runs its pending graph (it may hold collectives) before rank 0 reads tensors
+        _vendor.sync()  # every rank runs its pending graph (it may hold collectives) before rank 0 reads tensors
         if trainer is None or trainer.is_global_zero:
             torch.save(collect_results(trainer, result, state_dict), results_path)
-        _xla.xla_model().rendezvous("torchplug_tpu.launcher.end")
+        _vendor.xla_model().rendezvous("torchplug_tpu.launcher.end")
     except BaseException as exc:  # record it for the launcher, then exit so that the pool stops the others
         _record_error(f"{results_path}.error-{index}", index, exc)
         os._exit(1)

@@ -9,8 +9,7 @@ The port
     ports of outgoing connections, including SLURM's own ``srun`` ports) and above the well-known
     and most registered services. Two steps of one job never share a port (unless their step ids
     differ by a multiple of 12000), so concurrent ``srun`` steps in one allocation do not collide,
-    and neither do the first steps of any two jobs whose ids differ by less than 12000. Lightning
-    uses ``15000 + last four digits of the job id``, the same for every step of a job.
+    and neither do the first steps of any two jobs whose ids differ by less than 12000.
 """
 
 from __future__ import annotations
@@ -18,8 +17,8 @@ from __future__ import annotations
 from typing import Final
 
 from torchplug import MisconfigurationError
-from torchplug_slurm.hostlist import HostlistError, first_host
-from torchplug_slurm.variables import BATCH_STEP_ID, SlurmVariables
+from torchplug_slurm._hostlist import HostlistError, first_host
+from torchplug_slurm._variables import BATCH_STEP_ID, SlurmVariables
 
 __all__ = ["PORT_BASE", "PORT_SPAN", "derive_port", "main_address", "main_port"]
 

@@ -1,9 +1,14 @@
-"""``scontrol requeue <job id>``: run without a shell, for a job id that is digits and nothing else.
+"""env-slurm's vendor boundary: SLURM's ``scontrol`` tool, and the ``core env`` report.
 
-Lightning validates the id with a prefix-only ``re.match`` inside an ``assert`` (gone under
-``python -O``) and, when ``scontrol`` is missing, retries the same command with ``shell=True``.
-Here the id must match completely, the command is an argument list, there is no retry through a
+SLURM has no Python library: what this package uses of it is its variables (read in
+``_variables.py``) and the ``scontrol`` command, run here.
+
+``scontrol requeue <job id>`` runs without a shell, for a job id that is digits and nothing
+else: the id must match completely, the command is an argument list, there is no retry through a
 shell, and every failure raises :class:`RequeueError` with what happened and what to do.
+
+The report (:func:`environment_report`) is this package's section of ``core env``: what
+detection sees here, the settings, where ``scontrol`` is, and the ``SLURM_*`` variables that matter.
 """
 
 from __future__ import annotations
@@ -12,9 +17,9 @@ import os
 import re
 import shutil
 import subprocess
-from typing import Final
+from typing import Any, Final
 
-__all__ = ["SCONTROL_VAR", "RequeueError", "requeue_command", "requeue_job"]
+__all__ = ["SCONTROL_VAR", "RequeueError", "environment_report", "requeue_command", "requeue_job"]
 
 #: Path of the ``scontrol`` to use, for containers where it is not on ``PATH``.
 SCONTROL_VAR: Final = "TORCHPLUG_SLURM_SCONTROL"
@@ -82,3 +87,42 @@ def _hint(output: str) -> str:
     if "permission" in text or "denied" in text:
         return "Hint: a job can only be requeued by its owner or an operator."
     return "Hint: see `scontrol requeue` in `man scontrol`; the preemption checkpoint was written and can be resumed."
+
+
+# -- the core env report ------------------------------------------------------------------
+
+#: The SLURM variables worth pasting into a bug report (no user names, no paths).
+_VARIABLES: Final = (
+    "SLURM_JOB_ID",
+    "SLURM_ARRAY_JOB_ID",
+    "SLURM_ARRAY_TASK_ID",
+    "SLURM_STEP_ID",
+    "SLURM_JOB_NAME",
+    "SLURM_PROCID",
+    "SLURM_LOCALID",
+    "SLURM_NODEID",
+    "SLURM_NTASKS",
+    "SLURM_NTASKS_PER_NODE",
+    "SLURM_STEP_TASKS_PER_NODE",
+    "SLURM_TASKS_PER_NODE",
+    "SLURM_STEP_NUM_NODES",
+    "SLURM_JOB_NUM_NODES",
+    "SLURM_STEP_NODELIST",
+    "SLURM_JOB_NODELIST",
+    "SLURM_RESTART_COUNT",
+    "SLURM_PTY_PORT",
+    "SLURM_TASK_PID",
+)
+
+
+def environment_report() -> dict[str, Any]:
+    """Detection, the package's switches, ``scontrol``'s location and the ``SLURM_*`` variables that matter."""
+    from torchplug_slurm.environment import ENV_VARS, SLURMEnvironment  # it imports this module
+
+    return {
+        "detected": SLURMEnvironment.detect(),
+        "reason": SLURMEnvironment.detect_reason(),
+        "settings": {name: os.environ.get(name) for name in ENV_VARS},
+        "scontrol": os.environ.get(SCONTROL_VAR) or shutil.which("scontrol"),
+        "variables": {name: os.environ[name] for name in _VARIABLES if name in os.environ},
+    }

@@ -14,7 +14,7 @@ from typing import Any, Final
 from torch.utils.data import DataLoader, RandomSampler, SequentialSampler
 
 from torchplug import MisconfigurationError
-from torchplug_ipu import _poptorch
+from torchplug_ipu import _vendor
 
 __all__ = ["poptorch_loader"]
 
@@ -42,7 +42,7 @@ def poptorch_loader(loader: Iterable[Any], options: Any) -> Iterable[Any]:
         MisconfigurationError: ``loader`` is not a torch DataLoader, or has a custom batch sampler
             (whose batches PopTorch cannot combine).
     """
-    poptorch = _poptorch.import_poptorch()
+    poptorch = _vendor.import_poptorch()
     if isinstance(loader, poptorch.DataLoader):
         return loader  # type: ignore[no-any-return]
     if not isinstance(loader, DataLoader):
