@@ -12,6 +12,8 @@ integration tests:
   test sessions from building it twice.
 - :func:`install_testdevice` installs it into a folder (``pip install --no-deps --target``); a
   process with that folder on ``PYTHONPATH`` has the device, as a user who ran ``pip install`` does.
+  :func:`install_testdevice_into_env` installs it into a virtual env instead (the integration
+  tests' ``torchplug_venv``, for example), for good.
 - :class:`DeviceSite` runs commands with that folder on the path; :class:`DeviceWorker` keeps one such
   interpreter alive to run many snippets without paying for ``import torch`` each time.
 
@@ -29,6 +31,7 @@ import fcntl
 import hashlib
 import json
 import os
+import select
 import shutil
 import subprocess
 import sys
@@ -225,6 +228,19 @@ def install_testdevice(target: Path, wheel: Path | None = None, python: Path | N
     return target
 
 
+def install_testdevice_into_env(python: Path, wheel: Path | None = None) -> None:
+    """Install the wheel into the environment of the interpreter ``python`` (a venv's ``bin/python``).
+
+    The env must hold the torch the wheel was built against (see :class:`BuildPython`): the wheel
+    pins it, and nothing is fetched (``--no-deps --no-index``).
+    """
+    wheel = wheel or build_testdevice().path
+    command = [str(python), "-m", "pip", "install", "--no-deps", "--no-index", "--disable-pip-version-check"]
+    result = subprocess.run([*command, str(wheel)], capture_output=True, text=True, timeout=RUN_TIMEOUT, check=False)
+    if result.returncode != 0:
+        raise RuntimeError(f"installing {wheel.name} into {python} failed:\n{result.stdout}\n{result.stderr}")
+
+
 # -- running children that see the device ---------------------------------------------------------
 
 
@@ -320,14 +336,21 @@ class DeviceWorker:
             env=self._site.env(self._env),
         )
 
-    def run(self, code: str) -> Any:
-        """Execute ``code`` in the worker and return its ``result``."""
+    def run(self, code: str, timeout: float = RUN_TIMEOUT) -> Any:
+        """Execute ``code`` in the worker and return its ``result``; a snippet may run ``timeout`` seconds."""
         if self._process is None or self._process.poll() is not None:
             self.close()
             self._process = self._start()
         assert self._process.stdin is not None and self._process.stdout is not None
         self._process.stdin.write(json.dumps(textwrap.dedent(code)) + "\n")
         self._process.stdin.flush()
+        # One answer line per snippet, so nothing waits in the pipe's buffer and select() sees it.
+        ready, _, _ = select.select([self._process.stdout], [], [], timeout)
+        if not ready:
+            self._process.kill()
+            raise SnippetError(
+                f"the snippet ran longer than {timeout} s; the worker was killed:\n{self._child_stderr()}"
+            )
         line = self._process.stdout.readline()
         if not line:
             raise SnippetError(f"the worker died (exit code {self._process.wait()}):\n{self._child_stderr()}")

@@ -88,6 +88,9 @@ def _collectives(rank: int, device: torch.device) -> dict[str, Any]:
     objects: list[Any] = [None] * WORLD_SIZE
     dist.all_gather_object(objects, {"rank": rank})
     seen["all_gather_object"] = objects
+    announced: list[Any] = [{"from": rank}]
+    dist.broadcast_object_list(announced, src=1)
+    seen["broadcast_object_list"] = announced
     dist.barrier()
     return seen
 
