@@ -94,7 +94,10 @@ class FitLoop:
         self._resume_gradients: list[torch.Tensor | None] | None = None
         self._pending_gradients = False  # gradients accumulated since the last optimizer step
         self._stepped_pending = False  # the finished batch stepped; the logger's step count is not yet advanced
-        self._plateau_steps = False  # a step-interval ReduceLROnPlateau exists (decided once per epoch)
+        # Decided once per epoch, read after every batch:
+        self._plateau_steps = False  # a step-interval ReduceLROnPlateau exists
+        self._logs = False  # this process has loggers
+        self._validates = False  # fit validates (data, batches, validation_step)
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -199,6 +202,7 @@ class FitLoop:
         trainer.state.stage = RunningStage.TRAINING
         assert self._logging.results is not None
         self._logging.results.set_stage("train", reset=False)
+        self._logging.results.defaults = _TRAIN_DEFAULTS
 
     def sanity_check(self) -> None:
         """Run a few validation batches before training, to find bugs in ``validation_step`` early."""
@@ -263,12 +267,17 @@ class FitLoop:
         self._logging.results.set_stage("train", reset=not resuming)
         iterator = self._epoch_iterator()
         self._plateau_steps = self._schedulers.has_plateau_step_interval
+        self._logs = bool(self._logging.loggers)
+        self._validates = self.validation_enabled
         stop = False
+        results = self._logging.results
         if not resuming:
+            results.defaults = _EVAL_DEFAULTS
             self._hooks.call("on_train_epoch_start")
         elif not progress.tail_done:  # the checkpoint was written before the last batch's validation
             is_last = progress.batches_done >= self._data.num_training_batches
             stop = self._after_batch(progress.batches_done - 1, is_last, not self._pending_gradients, resumed=True)
+        results.defaults = _TRAIN_DEFAULTS  # self.log in training_step and the batch hooks
         if not stop:
             self._run_batches(iterator)
         if not self._preemption.preempted:
@@ -345,8 +354,7 @@ class FitLoop:
 
         def run_batch(batch: Any, batch_idx: int, is_last: bool) -> bool | None:
             batch = transfer(batch)
-            results.new_batch(batch)
-            results.defaults = _TRAIN_DEFAULTS
+            results.current_batch = batch
             for hook in callbacks_start:
                 hook(batch, batch_idx)
             if module_start is not None and module_start(batch, batch_idx) == -1:
@@ -363,7 +371,6 @@ class FitLoop:
                 schedulers.step("epoch", batch_idx, plateau=False)
             for hook in on_end:
                 hook(outputs, batch, batch_idx)
-            results.defaults = _EVAL_DEFAULTS
             return should_step
 
         return run_batch
@@ -376,10 +383,15 @@ class FitLoop:
         """
         trainer, progress, logging = self.trainer, self.progress, self._logging
         self._stepped_pending = should_step
-        due = (progress.stepped_batches + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop
-        if due and should_step and not resumed and logging.loggers:
-            logging.log_step_metrics(progress.stepped_batches)
-        if self.validation_enabled and self.should_validate(batch_idx, is_last):
+        stepped = progress.stepped_batches
+        if (
+            self._logs
+            and should_step
+            and not resumed
+            and ((stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop)
+        ):
+            logging.log_step_metrics(stepped)
+        if self._validates and self.should_validate(batch_idx, is_last):
             if should_step:
                 self._hooks.call_module("on_validation_model_zero_grad")
             self.run_validation()

@@ -88,7 +88,7 @@ class MetricStore:
         self.defaults = (False, True)
         #: The batch being processed, for inferring the weight of epoch means.
         self.current_batch: Any = None
-        self._batch_size: float | None = None
+        self._sized: tuple[Any, float] | None = None  # (the batch it was inferred from, its size)
         #: Appended to every name (``/dataloader_idx_1`` when evaluating several dataloaders).
         self.suffix = ""
 
@@ -106,9 +106,8 @@ class MetricStore:
         self._stages.pop(stage, None)
 
     def new_batch(self, batch: Any) -> None:
-        """Note the batch being processed (its size weighs epoch means)."""
+        """Note the batch being processed (its size weighs epoch means; inferred only if a mean needs it)."""
         self.current_batch = batch
-        self._batch_size = None
 
     def log(
         self,
@@ -186,9 +185,10 @@ class MetricStore:
             )
 
     def _inferred_batch_size(self) -> float:
-        if self._batch_size is None:
-            self._batch_size = float(_batch_size(self.current_batch) or 1)
-        return self._batch_size
+        batch, sized = self.current_batch, self._sized
+        if sized is None or sized[0] is not batch:
+            sized = self._sized = (batch, float(_batch_size(batch) or 1))
+        return sized[1]
 
     # -- aggregating ----------------------------------------------------------------------------
 
