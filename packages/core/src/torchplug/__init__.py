@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchplug._discovery import Provider
 from torchplug._errors import (
     BrokenPluginError,
     MisconfigurationError,
@@ -20,7 +21,7 @@ from torchplug._errors import (
     UnknownPluginError,
 )
 from torchplug._host import PluginHost, plugin_host
-from torchplug._registry import Provider, Registry, RegistryEntry
+from torchplug._registry import Registry, RegistryEntry
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.hookspecs import hookimpl

@@ -154,7 +154,7 @@ class Accelerator(ABC):
     # -- Lightning compatibility ----------------------------------------------------------------
 
     @classmethod
-    def register_accelerators(cls, registry: Registry) -> None:
+    def register_accelerators(cls, registry: Registry[Accelerator]) -> None:
         """Lightning-style self-registration: override to call ``registry.register(...)``.
 
         Called when the class itself is named by a ``torchplug.plugins`` entry point, or when

@@ -70,7 +70,7 @@ class CheckpointIO(ABC):
         self.flush()
 
     @classmethod
-    def register_checkpoint_io(cls, registry: Registry) -> None:
+    def register_checkpoint_io(cls, registry: Registry[CheckpointIO]) -> None:
         """Lightning-style self-registration: override to call ``registry.register(...)``."""
 
     def __repr__(self) -> str:

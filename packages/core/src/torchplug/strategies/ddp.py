@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.accelerators.accelerator import Accelerator
@@ -75,8 +76,10 @@ class DDPStrategy(ParallelStrategy):
         self.find_unused_parameters = find_unused_parameters
         self.ddp_kwargs = ddp_kwargs
 
-    def _configure_launcher(self) -> None:
-        super()._configure_launcher()
+    @override
+    def configure_launcher(self) -> None:
+        """Set the launcher for ``start_method``: a script re-launcher for ``popen``, else a multiprocessing one."""
+        super().configure_launcher()
         assert self.cluster_environment is not None
         if self.start_method == "popen":
             from torchplug.strategies.launchers.subprocess_script import SubprocessScriptLauncher

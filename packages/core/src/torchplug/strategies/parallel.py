@@ -7,6 +7,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.distributed as dist
+from typing_extensions import override
 
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
@@ -70,15 +71,13 @@ class ParallelStrategy(Strategy):
         """Each process reads the shard of its global rank."""
         return {"num_replicas": self.num_nodes * self.num_processes, "rank": self.global_rank}
 
-    def _configure_launcher(self) -> None:
-        """Compute the ranks as soon as the components are in place; subclasses then set the launcher.
-
-        So ``trainer.global_rank``, ``world_size`` and ``is_global_zero`` are right from ``Trainer()`` on.
-        """
-        self.set_world_ranks()
-
+    @override
     def set_world_ranks(self) -> None:
-        """Tell the cluster environment the rank and world size this strategy computes."""
+        """Tell the cluster environment this process's global rank and the world size.
+
+        The global rank is ``node_rank * processes per node + local_rank``; the world size is
+        ``num_nodes * processes per node``.
+        """
         assert self.cluster_environment is not None
         env = self.cluster_environment
         env.set_global_rank(env.node_rank() * self.num_processes + env.local_rank())
