@@ -149,6 +149,7 @@ class MixedPrecision(Precision):
         """``torch.autocast(device_type, dtype)``: eligible operations on :attr:`device_type` run in 16 bits."""
         return torch.autocast(self.device_type, dtype=self.dtype)
 
+    @override
     def convert_output(self, data: Any) -> Any:
         """Cast the float16 and bfloat16 tensors of ``data`` (what autocast produced) to float32."""
         return apply_to_tensors(data, lambda t: t.float() if t.dtype in _LOW_PRECISION else t)
@@ -161,6 +162,7 @@ class MixedPrecision(Precision):
         scaler = self.scaler
         return scaler.scale(tensor) if scaler is not None else tensor
 
+    @override
     def optimizer_step(
         self, optimizer: Optimizer, module: torch.nn.Module | None, closure: Callable[[], Any] | None = None
     ) -> Any:
@@ -199,6 +201,7 @@ class MixedPrecision(Precision):
             self._unscaled.clear()
         return result
 
+    @override
     def unscale_gradients(self, optimizer: Optimizer) -> None:
         """Divide ``optimizer``'s gradients by the scale, once per step (later calls do nothing).
 
@@ -213,6 +216,7 @@ class MixedPrecision(Precision):
 
     # -- state ------------------------------------------------------------------------------------
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """``{"scaler": <the scaler's state>}`` for ``16-mixed`` (scale and growth tracker); ``{}`` otherwise."""
         if self._scaler is not None:
@@ -221,6 +225,7 @@ class MixedPrecision(Precision):
             return {"scaler": dict(self._pending_scaler_state)}
         return {}
 
+    @override
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore the scaler's state, so a resumed run continues exactly where it stopped.
 
@@ -236,10 +241,12 @@ class MixedPrecision(Precision):
         else:
             self._pending_scaler_state = dict(scaler_state)
 
+    @override
     def teardown(self) -> None:
         """Forget which optimizers were unscaled. The scaler and its state stay, for the next run."""
         self._unscaled.clear()
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}(precision={self.precision!r}, device_type={self._device_type!r})"
 

@@ -11,6 +11,8 @@ import inspect
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from typing_extensions import override
+
 if TYPE_CHECKING:
     import torch
     from torch.optim import Optimizer
@@ -143,6 +145,7 @@ class Precision:
     def register_precisions(cls, registry: Registry[Precision]) -> None:
         """Lightning-style self-registration: override to call ``registry.register(...)``."""
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

@@ -56,17 +56,20 @@ class ParallelStrategy(Strategy):
         return len(self.parallel_devices) if self.parallel_devices else 1
 
     @property
+    @override
     def root_device(self) -> torch.device:
         """This process's device: the local rank's entry of the parallel devices."""
         assert self.parallel_devices, "the Trainer sets parallel_devices before use"
         return self.parallel_devices[self.local_rank]
 
     @property
+    @override
     def is_global_zero(self) -> bool:
         """Whether this is global rank 0."""
         return self.global_rank == 0
 
     @property
+    @override
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
         """Each process reads the shard of its global rank."""
         return {"num_replicas": self.num_nodes * self.num_processes, "rank": self.global_rank}
@@ -83,6 +86,7 @@ class ParallelStrategy(Strategy):
         env.set_global_rank(env.node_rank() * self.num_processes + env.local_rank())
         env.set_world_size(self.num_nodes * self.num_processes)
 
+    @override
     def setup_environment(self) -> None:
         """Select this process's device, then compute the ranks and join the process group.
 
@@ -97,6 +101,7 @@ class ParallelStrategy(Strategy):
         backend = self.process_group_backend or self.accelerator.process_group_backend
         init_process_group(self.cluster_environment, backend, self.timeout)
 
+    @override
     def model_to_device(self) -> None:
         """Move the module to this process's device."""
         assert self.module is not None
@@ -108,11 +113,13 @@ class ParallelStrategy(Strategy):
     def _active() -> bool:
         return dist.is_available() and dist.is_initialized()
 
+    @override
     def barrier(self, name: str | None = None) -> None:
         """Wait until every process reaches this point."""
         if self._active():
             dist.barrier()
 
+    @override
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send any picklable ``obj`` from rank ``src`` to every process."""
         if not self._active():
@@ -121,6 +128,7 @@ class ParallelStrategy(Strategy):
         dist.broadcast_object_list(holder, src=src)
         return holder[0]
 
+    @override
     def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
         """Gather ``tensor`` from every process, stacked on a new first dimension (``sync_grads``: with gradients)."""
         if not self._active():
@@ -133,6 +141,7 @@ class ParallelStrategy(Strategy):
         dist.all_gather(parts, tensor.contiguous(), group=group)
         return torch.stack(parts)
 
+    @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
         """Reduce over every process: ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``."""
         if not self._active():
@@ -148,6 +157,7 @@ class ParallelStrategy(Strategy):
             value = value / dist.get_world_size(group)
         return value
 
+    @override
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """True if every process (``all=True``) or any process decided True."""
         if not self._active():

@@ -13,6 +13,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from typing_extensions import override
+
 from torchplug._errors import MisconfigurationError
 from torchplug.precision.precision import Precision
 
@@ -287,27 +289,26 @@ class Strategy(ABC):
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's ``training_step`` under the precision's forward context."""
-        assert self.precision is not None and self.module is not None
-        with self.precision.forward_context():
-            return self.module.training_step(*args, **kwargs)  # type: ignore[operator]
+        return self._run_step("training_step", *args, **kwargs)
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's ``validation_step`` under the precision's forward context."""
-        assert self.precision is not None and self.module is not None
-        with self.precision.forward_context():
-            return self.module.validation_step(*args, **kwargs)  # type: ignore[operator]
+        return self._run_step("validation_step", *args, **kwargs)
 
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's ``test_step`` under the precision's forward context."""
-        assert self.precision is not None and self.module is not None
-        with self.precision.forward_context():
-            return self.module.test_step(*args, **kwargs)  # type: ignore[operator]
+        return self._run_step("test_step", *args, **kwargs)
 
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's ``predict_step`` under the precision's forward context."""
+        return self._run_step("predict_step", *args, **kwargs)
+
+    def _run_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
         assert self.precision is not None and self.module is not None
+        # The user's method, looked up by name: torch types a module's attributes as Tensor | Module.
+        step: Callable[..., Any] = getattr(self.module, name)
         with self.precision.forward_context():
-            return self.module.predict_step(*args, **kwargs)  # type: ignore[operator]
+            return step(*args, **kwargs)
 
     def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
         """Compute gradients of ``loss`` through the precision plugin (which may scale it)."""
@@ -422,5 +423,6 @@ class Strategy(ABC):
     def register_strategies(cls, registry: Registry[Strategy]) -> None:
         """Lightning-style self-registration: override to call ``registry.register(...)``."""
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
