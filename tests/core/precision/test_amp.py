@@ -86,7 +86,9 @@ def torchs_accelerator_or_the_cpu() -> str:
 
 
 @pytest.mark.parametrize(
-    ("precision", "dtype"), [("16-mixed", torch.float16), ("bf16-mixed", torch.bfloat16)], ids=["16-mixed", "bf16-mixed"]
+    ("precision", "dtype"),
+    [("16-mixed", torch.float16), ("bf16-mixed", torch.bfloat16)],
+    ids=["16-mixed", "bf16-mixed"],
 )
 def test_used_alone_it_autocasts_on_torchs_accelerator_or_the_cpu(precision: str, dtype: torch.dtype) -> None:
     plugin = MixedPrecision(precision)  # no Trainer, no connect_accelerator()
