@@ -13,15 +13,13 @@ How a save goes:
    stay shared and the file is byte for byte what a synchronous ``torch.save`` would write.
    Storages on an accelerator go to reused pinned host buffers, by copies queued on the caller's
    stream without waiting for them (the writer thread waits): the snapshot costs no accelerator
-   memory, and those tensors are written as CPU tensors (as Lightning's AsyncCheckpointIO does;
-   ``Strategy.load_checkpoint`` loads to the CPU anyway).
+   memory, and those tensors are written as CPU tensors (``Strategy.load_checkpoint`` loads to
+   the CPU anyway).
 4. The wrapped IO writes the snapshot on the background thread, one save at a time, in order.
 
-Lightning's ``AsyncCheckpointIO`` pickled the live tensors until its fix for #20953 (torn,
-mixed-step checkpoints), clones into fresh memory on every save, lets pending saves pile up
-without bound, and gives no durability barrier before old checkpoints are removed. Here
-:meth:`AsyncCheckpointIO.remove_checkpoint` and :meth:`~AsyncCheckpointIO.flush` wait for the
-writes in flight, and no write error is ever lost.
+Pending saves are bounded by ``max_pending``; :meth:`AsyncCheckpointIO.remove_checkpoint` and
+:meth:`~AsyncCheckpointIO.flush` wait for the writes in flight, so an old checkpoint is removed
+only once the new one is on disk, and no write error is ever lost.
 """
 
 from __future__ import annotations

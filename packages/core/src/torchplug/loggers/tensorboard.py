@@ -48,7 +48,7 @@ class TensorBoardLogger(Logger):
         name: Experiment name, a subdirectory of ``save_dir``.
         version: Run version; by default the next free ``version_<n>``. A string is used as the directory name.
         default_hp_metric: When hyperparameters are logged without metrics, log ``hp_metric = -1`` so the
-            HPARAMS tab of TensorBoard lists the run (as Lightning does). Log ``hp_metric`` yourself to fill it.
+            HPARAMS tab of TensorBoard lists the run. Log ``hp_metric`` yourself to fill it.
         prefix: Put before every metric name, joined with ``-``.
         sub_dir: A subdirectory of the version directory for the event files.
         **writer_kwargs: Passed to ``torch.utils.tensorboard.SummaryWriter`` (``flush_secs``, ``max_queue``...).
