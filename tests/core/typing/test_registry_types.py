@@ -35,6 +35,14 @@ def test_each_kind_has_a_registry_of_its_base_class() -> None:
     assert_type(host.registry(kind), Registry[Any])  # a kind only known at run time
 
 
+def test_lightning_registry_names_are_typed_too() -> None:
+    import torchplug
+
+    assert_type(torchplug.AcceleratorRegistry, Registry[Accelerator])
+    assert_type(torchplug.ClusterEnvironmentRegistry, Registry[ClusterEnvironment])
+    assert torchplug.StrategyRegistry.kind == "strategy"
+
+
 def test_lookups_return_the_base_class() -> None:
     accelerators = PluginHost(PluginSettings(autoload=False)).registry("accelerator")
     assert_type(accelerators.get("cpu"), Accelerator)

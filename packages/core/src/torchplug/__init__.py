@@ -38,6 +38,13 @@ if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
     from torchplug.utilities.seed import seed_everything
 
+    # Lightning's registry names (module attributes made on first use), as type checkers see them.
+    AcceleratorRegistry: Registry[Accelerator]
+    StrategyRegistry: Registry[Strategy]
+    PrecisionRegistry: Registry[Precision]
+    CheckpointIORegistry: Registry[CheckpointIO]
+    ClusterEnvironmentRegistry: Registry[ClusterEnvironment]
+
 __all__ = [
     "Accelerator",
     "AcceleratorRegistry",

@@ -48,6 +48,15 @@ class Strategy(ABC):
     :meth:`set_world_ranks` and :meth:`configure_launcher`, which :meth:`attach` calls, rather
     than :meth:`attach` itself.
 
+    Example, without a Trainer::
+
+        strategy = DDPStrategy(start_method="spawn", precision=MixedPrecision("bf16-mixed"))
+        strategy.attach(
+            accelerator=CPUAccelerator(),
+            cluster_environment=LocalEnvironment(),
+            parallel_devices=[torch.device("cpu")] * 2,
+        )  # keeps its bf16-mixed precision, computes the ranks, sets a spawning launcher
+
     Args:
         accelerator: The hardware, or None to let the Trainer choose.
         precision: The numerics plugin, or None for the Trainer's choice.

@@ -29,6 +29,7 @@ __all__ = [
     "Decision",
     "DevicesArg",
     "PluginArg",
+    "PluginsArg",
     "PrecisionArg",
     "Resolution",
     "StrategyArg",
@@ -45,6 +46,8 @@ PrecisionArg: TypeAlias = str | int | Precision | None
 DevicesArg: TypeAlias = int | str | Sequence[int]
 #: One item of ``Trainer(plugins=)``: a registered name, or a precision, checkpoint IO or cluster environment.
 PluginArg: TypeAlias = str | Precision | CheckpointIO | ClusterEnvironment
+#: What ``Trainer(plugins=)`` accepts: one :data:`PluginArg`, several (at most one of each kind), or None.
+PluginsArg: TypeAlias = PluginArg | Iterable[PluginArg] | None
 
 _PLUGIN_BASES: Final[dict[str, type]] = {
     "precision": Precision,
@@ -116,7 +119,7 @@ class _Resolver:
 
     # -- plugins=[...] --------------------------------------------------------------------------
 
-    def split_plugins(self, plugins: PluginArg | Iterable[PluginArg] | None) -> dict[str, Any]:
+    def split_plugins(self, plugins: PluginsArg) -> dict[str, Any]:
         """``plugins=`` sorted by kind: an instance, or a name (looked up when it is created)."""
         if plugins is None:
             return {}
@@ -380,7 +383,7 @@ def resolve(
     devices: DevicesArg | None = "auto",
     strategy: StrategyArg | None = "auto",
     precision: PrecisionArg = None,
-    plugins: PluginArg | Iterable[PluginArg] | None = None,
+    plugins: PluginsArg = None,
     num_nodes: int = 1,
     host: PluginHost | None = None,
 ) -> Resolution:
