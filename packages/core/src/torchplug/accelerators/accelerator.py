@@ -128,13 +128,13 @@ class Accelerator(ABC):
     def deterministic_setup(self) -> None:
         """Prepare this hardware's libraries for reproducible results; default: nothing to prepare.
 
-        The Trainer calls it, in every process, when the user asks for ``deterministic=True`` (or
-        ``"warn"``), next to ``torch.use_deterministic_algorithms(True)`` and before
-        :meth:`setup_device`. Set here what torch's switch does not cover, for example an
-        environment variable that the vendor library reads when it initialises (CUDA's cuBLAS reads
-        ``CUBLAS_WORKSPACE_CONFIG``). Use ``os.environ.setdefault`` so that a value the user set
-        wins, do not initialise the device runtime (processes may fork afterwards), and make it
-        safe to call more than once.
+        The Trainer calls it in every process when the user asks for ``deterministic=True`` (or
+        ``"warn"``), next to ``torch.use_deterministic_algorithms``, once the process's device is
+        selected and before any step runs. Set here what torch's switch does not cover, for
+        example an environment variable that the vendor library reads when it creates its handles
+        (CUDA's cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` at its first matrix product). Use
+        ``os.environ.setdefault`` so that a value the user set wins, and make it safe to call more
+        than once.
         """
 
     # -- decisions the core delegates to the accelerator ----------------------------------------
