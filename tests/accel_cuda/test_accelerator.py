@@ -33,6 +33,20 @@ def test_the_core_asks_the_accelerator_and_gets_cuda_answers() -> None:
     assert CUDAAccelerator.default_checkpoint_io is None
 
 
+def test_deterministic_setup_asks_cublas_for_a_fixed_workspace(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    CUDAAccelerator().deterministic_setup()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+    CUDAAccelerator().deterministic_setup()  # twice is harmless
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+
+
+def test_deterministic_setup_keeps_the_users_cublas_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("CUBLAS_WORKSPACE_CONFIG", ":16:8")
+    CUDAAccelerator().deterministic_setup()
+    assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":16:8"
+
+
 @pytest.mark.parametrize("precision", CORE_PRECISIONS)
 def test_every_core_precision_is_supported(precision: str) -> None:
     accelerator = CUDAAccelerator()

@@ -35,7 +35,7 @@ def make_checkpoint(seed: int = 0) -> dict[str, Any]:
 def test_registered_as_xla_by_io_xla() -> None:
     entry = torchplug.plugin_host().registry("checkpoint_io").resolve("xla")
     assert entry.target_path == "torchplug_xla_io.checkpoint_io:XLACheckpointIO"
-    assert entry.provider.distribution == "io-xla" and entry.unavailable_reason() is None
+    assert entry.provider.distribution == "io-xla" and entry.run_probe() is None
     assert isinstance(torchplug.plugin_host().registry("checkpoint_io").get("xla"), XLACheckpointIO)
 
 

@@ -461,3 +461,16 @@ def test_the_trainer_puts_its_default_io_inside() -> None:
     resolution = resolve(accelerator="cpu", plugins=[io])
     assert resolution.strategy.checkpoint_io is io
     assert isinstance(io.checkpoint_io, TorchCheckpointIO)
+
+
+def test_without_generic_events_the_snapshot_waits_through_torch_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchplug.io import _snapshot
+
+    waited: list[torch.device] = []
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda check_available=False: torch.device("xpu"))
+    monkeypatch.setattr(torch.accelerator, "synchronize", waited.append)
+    # torch.Event cannot be made for these devices here (a CPU build): the snapshot waits instead.
+    assert _snapshot._record_event(torch.device("xpu", 0)) is None
+    assert waited == [torch.device("xpu", 0)]
+    assert _snapshot._record_event(torch.device("xla", 0)) is None  # not torch's accelerator: nothing to wait on
+    assert waited == [torch.device("xpu", 0)]

@@ -80,11 +80,62 @@ def test_bf16_mixed_refuses_a_scaler() -> None:
         MixedPrecision(precision="bf16-mixed", scaler=torch.amp.GradScaler("cpu"))
 
 
-def test_nothing_is_known_about_the_device_before_connect_accelerator() -> None:
+def torchs_accelerator_or_the_cpu() -> str:
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    return accelerator.type if accelerator is not None else "cpu"
+
+
+@pytest.mark.parametrize(
+    ("precision", "dtype"),
+    [("16-mixed", torch.float16), ("bf16-mixed", torch.bfloat16)],
+    ids=["16-mixed", "bf16-mixed"],
+)
+def test_used_alone_it_autocasts_on_torchs_accelerator_or_the_cpu(precision: str, dtype: torch.dtype) -> None:
+    plugin = MixedPrecision(precision)  # no Trainer, no connect_accelerator()
+    layer = torch.nn.Linear(4, 4)
+    with plugin.forward_context():
+        out = layer(torch.randn(2, 4))
+    assert plugin.device_type == torchs_accelerator_or_the_cpu() == "cpu"  # no accelerator on these machines
+    assert out.dtype == dtype
+    assert (plugin.scaler is not None) is (precision == "16-mixed")
+
+
+def test_used_alone_16_mixed_trains_with_its_own_scaler() -> None:
+    plugin = MixedPrecision("16-mixed")
+    model, optimizer = model_and_optimizer()
+    before = snapshot(model)
+    train(plugin, model, optimizer, steps=8)  # the first steps overflow and lower the scale
+    assert isinstance(plugin.scaler, torch.amp.GradScaler) and plugin.scaler.get_scale() < 2.0**16
+    assert not all(torch.equal(a, b) for a, b in zip(before, model.parameters()))
+
+
+def test_the_default_device_type_asks_torch_for_an_available_accelerator(monkeypatch: pytest.MonkeyPatch) -> None:
+    asked: list[dict[str, object]] = []
+
+    def current_accelerator(**kwargs: object) -> torch.device:
+        asked.append(kwargs)
+        return torch.device("xpu")
+
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", current_accelerator)
+    assert MixedPrecision("bf16-mixed").device_type == "xpu"
+    assert asked == [{"check_available": True}]  # a GPU build of torch on a machine without a GPU: the CPU
+    assert MixedPrecision("bf16-mixed", device_type="cpu").device_type == "cpu"
+    assert len(asked) == 1
+
+
+def test_the_accelerator_still_wins_over_the_default_once_connected(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.accelerator, "current_accelerator", lambda **_: torch.device("meta"))
+    plugin = MixedPrecision("bf16-mixed")
+    assert plugin.device_type == "meta"  # asked before connecting: the default
+    plugin.connect_accelerator(CPUAccelerator())
+    assert plugin.device_type == "cpu"
+
+
+def test_nothing_is_decided_before_use() -> None:
     plugin = MixedPrecision(precision="16-mixed")
-    assert plugin.device_type is None and plugin.scaler is None
-    with pytest.raises(RuntimeError, match=r"connect_accelerator\(accelerator\)"):
-        plugin.forward_context()
+    assert repr(plugin) == "MixedPrecision(precision='16-mixed', device_type=None)"
+    plugin.connect_accelerator(CPUAccelerator())
+    assert repr(plugin) == "MixedPrecision(precision='16-mixed', device_type='cpu')"
 
 
 @pytest.mark.parametrize(

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import pathlib
 import re
+from collections import Counter
 
 import pytest
 
 import torchplug
 from torchplug._host import PluginHost
+from torchplug._registry import NameResolution, Registry, RegistryEntry
 from torchplug._settings import PluginSettings
 from torchplug.accelerators.cpu import CPUAccelerator
 from torchplug.environments.local import LocalEnvironment
@@ -152,3 +154,63 @@ def test_core_source_has_no_device_type_tests() -> None:
         if any(re.search(p, line) for p in patterns)
     ]
     assert not offenders, "\n".join(offenders)
+
+
+class _LookupCounter:
+    """Counts, per (kind, name), the registry's name lookups: ``resolve`` and the conflict rules behind it."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.resolved: Counter[tuple[str, str]] = Counter()
+        self.ruled: Counter[tuple[str, str]] = Counter()
+        resolve_, resolution = Registry.resolve, Registry.resolution
+
+        def counted_resolve(registry: Registry, name: str) -> RegistryEntry:
+            self.resolved[registry.kind, name] += 1
+            return resolve_(registry, name)
+
+        def counted_resolution(registry: Registry, key: str) -> NameResolution:
+            self.ruled[registry.kind, key] += 1
+            return resolution(registry, key)
+
+        monkeypatch.setattr(Registry, "resolve", counted_resolve)
+        monkeypatch.setattr(Registry, "resolution", counted_resolution)
+
+
+def test_each_name_is_looked_up_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    lookups = _LookupCounter(monkeypatch)
+    trainer = torchplug.Trainer(
+        accelerator="cpu",
+        strategy="ddp_spawn",
+        devices=2,
+        precision="bf16",
+        plugins=["async", "local"],
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+    )
+    assert lookups.resolved == {
+        ("accelerator", "cpu"): 1,
+        ("strategy", "ddp_spawn"): 1,
+        ("precision", "bf16"): 1,
+        ("checkpoint_io", "async"): 1,
+        ("checkpoint_io", "torch"): 1,  # the accelerator's default IO, wrapped by "async"
+        ("cluster_environment", "local"): 1,
+    }
+    assert lookups.ruled == lookups.resolved  # resolve() applied the conflict rules once per name
+    assert type(trainer.strategy.checkpoint_io).__name__ == "AsyncCheckpointIO"
+    assert type(trainer.strategy.precision).__name__ == "MixedPrecision"
+
+
+def test_auto_looks_each_name_up_at_most_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    lookups = _LookupCounter(monkeypatch)
+    resolve(devices=2)
+    assert lookups.ruled and max(lookups.ruled.values()) == 1, lookups.ruled
+    assert lookups.resolved and max(lookups.resolved.values()) == 1, lookups.resolved
+
+
+def test_a_qualified_name_keeps_its_provider_through_the_precision_mapping(monkeypatch: pytest.MonkeyPatch) -> None:
+    lookups = _LookupCounter(monkeypatch)
+    resolution = resolve(precision="bf16-mixed@core")
+    assert "precision=bf16-mixed@core" in resolution.describe().replace("'", "")
+    assert lookups.resolved[("precision", "bf16-mixed@core")] == 1
+    assert ("precision", "bf16-mixed") not in lookups.resolved

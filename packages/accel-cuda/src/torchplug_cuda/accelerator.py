@@ -94,6 +94,15 @@ class CUDAAccelerator(Accelerator):
         """Memory of ``device`` in bytes (allocated, reserved, peaks, free, total) and utilisation when NVML has it."""
         return cuda_device_stats(device)
 
+    @override
+    def deterministic_setup(self) -> None:
+        """Make cuBLAS deterministic: ``CUBLAS_WORKSPACE_CONFIG=:4096:8``, unless the variable is already set.
+
+        cuBLAS reads it when it creates its handle, on the first GPU matrix product; without it,
+        ``torch.use_deterministic_algorithms(True)`` raises on those products with CUDA 10.2 and later.
+        """
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
     # -- random state -------------------------------------------------------------------------
 
     @override

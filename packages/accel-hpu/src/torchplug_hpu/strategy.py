@@ -105,7 +105,7 @@ class HPUSingleStrategy(HPUStrategyMixin, SingleDeviceStrategy):
         return self._device or (self.parallel_devices[0] if self.parallel_devices else torch.device("hpu"))
 
     @override
-    def _configure_launcher(self) -> None:
+    def configure_launcher(self) -> None:
         """No launcher; checks that the accelerator is the HPU."""
         check_hpu_accelerator(self.accelerator, "hpu_single")
 
@@ -172,9 +172,9 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
     # -- set-up ---------------------------------------------------------------------------------
 
     @override
-    def _configure_launcher(self) -> None:
+    def configure_launcher(self) -> None:
         check_hpu_accelerator(self.accelerator, "hpu_parallel")
-        super()._configure_launcher()
+        super().configure_launcher()
 
     @override
     def setup_environment(self) -> None:

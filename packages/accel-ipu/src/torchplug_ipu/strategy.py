@@ -160,7 +160,7 @@ class IPUStrategy(SingleDeviceStrategy):
         return ipu_precision_name(precision)
 
     @override
-    def _configure_launcher(self) -> None:
+    def configure_launcher(self) -> None:
         """No launcher (one process); checks that the accelerator is the IPU and that there is one node."""
         if self.accelerator is None or self.accelerator.device_type != "ipu":
             raise MisconfigurationError(

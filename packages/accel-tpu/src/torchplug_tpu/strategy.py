@@ -125,7 +125,7 @@ class XLAStrategy(ParallelStrategy):
         return XLA_PRECISIONS.get(precision, precision)
 
     @override
-    def _configure_launcher(self) -> None:
+    def configure_launcher(self) -> None:
         accelerator = self.accelerator
         if accelerator is None or accelerator.device_type != "xla":
             raise MisconfigurationError(

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchplug._discovery import Provider
 from torchplug._errors import (
     BrokenPluginError,
     MisconfigurationError,
@@ -20,7 +21,7 @@ from torchplug._errors import (
     UnknownPluginError,
 )
 from torchplug._host import PluginHost, plugin_host
-from torchplug._registry import Provider, Registry, RegistryEntry
+from torchplug._registry import Registry, RegistryEntry
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.hookspecs import hookimpl
@@ -36,6 +37,13 @@ if TYPE_CHECKING:
     from torchplug.core.module import Module
     from torchplug.trainer.trainer import Trainer
     from torchplug.utilities.seed import seed_everything
+
+    # Lightning's registry names (module attributes made on first use), as type checkers see them.
+    AcceleratorRegistry: Registry[Accelerator]
+    StrategyRegistry: Registry[Strategy]
+    PrecisionRegistry: Registry[Precision]
+    CheckpointIORegistry: Registry[CheckpointIO]
+    ClusterEnvironmentRegistry: Registry[ClusterEnvironment]
 
 __all__ = [
     "Accelerator",

@@ -11,6 +11,11 @@ from torchplug.hookspecs import hookimpl
 
 if TYPE_CHECKING:
     from torchplug._registry import Registry
+    from torchplug.accelerators.accelerator import Accelerator
+    from torchplug.environments.cluster_environment import ClusterEnvironment
+    from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.precision.precision import Precision
+    from torchplug.strategies.strategy import Strategy
 
 _DDP = "torchplug.strategies.ddp:DDPStrategy"
 _LAUNCHES = {
@@ -21,14 +26,14 @@ _LAUNCHES = {
 
 
 @hookimpl
-def torchplug_register_accelerators(registry: Registry) -> None:
+def torchplug_register_accelerators(registry: Registry[Accelerator]) -> None:
     registry.register(
         "cpu", "torchplug.accelerators.cpu:CPUAccelerator", description="The CPU; devices=N runs N processes"
     )
 
 
 @hookimpl
-def torchplug_register_strategies(registry: Registry) -> None:
+def torchplug_register_strategies(registry: Registry[Strategy]) -> None:
     registry.register(
         "single_device",
         "torchplug.strategies.single_device:SingleDeviceStrategy",
@@ -62,7 +67,7 @@ def torchplug_register_strategies(registry: Registry) -> None:
 
 
 @hookimpl
-def torchplug_register_precisions(registry: Registry) -> None:
+def torchplug_register_precisions(registry: Registry[Precision]) -> None:
     registry.register(
         "64-true",
         "torchplug.precision.double:DoublePrecision",
@@ -105,7 +110,7 @@ def torchplug_register_precisions(registry: Registry) -> None:
 
 
 @hookimpl
-def torchplug_register_checkpoint_io(registry: Registry) -> None:
+def torchplug_register_checkpoint_io(registry: Registry[CheckpointIO]) -> None:
     registry.register(
         "torch",
         "torchplug.io.torch_io:TorchCheckpointIO",
@@ -119,7 +124,7 @@ def torchplug_register_checkpoint_io(registry: Registry) -> None:
 
 
 @hookimpl
-def torchplug_register_cluster_environments(registry: Registry) -> None:
+def torchplug_register_cluster_environments(registry: Registry[ClusterEnvironment]) -> None:
     registry.register(
         "local",
         "torchplug.environments.local:LocalEnvironment",

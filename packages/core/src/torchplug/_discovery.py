@@ -13,12 +13,21 @@ import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final
 
-from torchplug._registry import Provider, canonicalize_name
+from typing_extensions import override
 
 if TYPE_CHECKING:
     from packaging.specifiers import SpecifierSet
 
-__all__ = ["CORE_DISTRIBUTION", "ENTRY_POINT_GROUP", "STATES", "PluginRecord", "core_version", "scan"]
+__all__ = [
+    "CORE_DISTRIBUTION",
+    "ENTRY_POINT_GROUP",
+    "STATES",
+    "PluginRecord",
+    "Provider",
+    "canonicalize_name",
+    "core_version",
+    "scan",
+]
 
 #: The entry-point group every torchplug plugin is declared in.
 ENTRY_POINT_GROUP: Final = "torchplug.plugins"
@@ -35,6 +44,57 @@ STATES: Final[dict[str, str]] = {
     "disabled": "autoload is off and it is not named in TORCHPLUG_PLUGINS; not imported",
     "shadowed": "another copy of the same distribution comes first on sys.path; not imported",
 }
+
+_SEPARATORS: Final = re.compile(r"[-_.]+")
+
+
+def canonicalize_name(name: str) -> str:
+    """A distribution name in its normalised form (PEP 503): ``Vendor_A`` and ``vendor-a`` are one name."""
+    return _SEPARATORS.sub("-", name).lower()
+
+
+@dataclass(frozen=True, slots=True)
+class Provider:
+    """Who registered an entry: a plugin (entry point) of a distribution, the core, or user code.
+
+    Attributes:
+        plugin: The entry-point name, ``"builtin"`` for the core, or ``"runtime"`` for user code.
+        distribution: The distribution's name as published (None for user code).
+        version: The distribution's version (None for user code).
+        builtin: True for the core's own plugins.
+    """
+
+    plugin: str
+    distribution: str | None = None
+    version: str | None = None
+    builtin: bool = False
+
+    @override
+    def __str__(self) -> str:
+        if self.distribution is None:
+            return "user code (registered at run time)" if self.plugin == "runtime" else f"module {self.plugin}"
+        suffix = ", built-in" if self.builtin else ""
+        return f"{self.distribution} {self.version}{suffix}"
+
+    @property
+    def label(self) -> str:
+        """``distribution==version``, or ``runtime`` for user code."""
+        return f"{self.distribution}=={self.version}" if self.distribution else self.plugin
+
+    def matches(self, token: str) -> bool:
+        """Whether ``token`` names this provider (distribution name in any spelling, or plugin name)."""
+        if token == self.plugin:
+            return True
+        return self.distribution is not None and canonicalize_name(token) == canonicalize_name(self.distribution)
+
+    def as_dict(self) -> dict[str, Any]:
+        """JSON-ready form, used by ``core plugins list --json``."""
+        return {
+            "plugin": self.plugin,
+            "distribution": self.distribution,
+            "version": self.version,
+            "builtin": self.builtin,
+        }
 
 
 @dataclass(eq=False, slots=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing_extensions import override
+
 __all__ = [
     "BrokenPluginError",
     "MisconfigurationError",
@@ -37,6 +39,7 @@ class UnknownPluginError(PluginError, LookupError):
     package to install when the name belongs to a known first-party backend.
     """
 
+    @override
     def __str__(self) -> str:
         # LookupError would otherwise show the repr of the message, quotes and all.
         return str(self.args[0]) if self.args else ""
@@ -56,6 +59,7 @@ class PluginConflictError(PluginError, LookupError):
     The message lists the providers and the three ways to pick one.
     """
 
+    @override
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
 

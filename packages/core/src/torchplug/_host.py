@@ -13,15 +13,23 @@ import threading
 import time
 import types
 from collections.abc import Callable
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, Literal, cast, overload
 
 import pluggy
+from typing_extensions import override
 
 from torchplug import hookspecs
-from torchplug._discovery import CORE_DISTRIBUTION, PluginRecord, core_version, scan
+from torchplug._discovery import CORE_DISTRIBUTION, PluginRecord, Provider, canonicalize_name, core_version, scan
 from torchplug._errors import PluginError, PluginLoadError
-from torchplug._registry import KINDS, Provider, Registry, canonicalize_name
+from torchplug._registry import KINDS, Registry
 from torchplug._settings import PluginSettings
+
+if TYPE_CHECKING:
+    from torchplug.accelerators.accelerator import Accelerator
+    from torchplug.environments.cluster_environment import ClusterEnvironment
+    from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.precision.precision import Precision
+    from torchplug.strategies.strategy import Strategy
 
 __all__ = ["PluginHost", "plugin_host"]
 
@@ -45,6 +53,7 @@ class _PluginManager(pluggy.PluginManager):
     ``pytest_``) is what lets a misspelt hook name be reported instead of silently ignored.
     """
 
+    @override
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> pluggy.HookimplOpts | None:
         if isinstance(plugin, types.ModuleType):
             # Fast path for the usual case, a module: most names are imports, skipped without inspect.
@@ -79,7 +88,7 @@ class PluginHost:
 
     def __init__(self, settings: PluginSettings | None = None) -> None:
         self._settings = settings
-        self.registries: Final = {kind: Registry(kind, self) for kind in KINDS}
+        self.registries: Final[dict[str, Registry[Any]]] = {kind: Registry(kind, self) for kind in KINDS}
         self._records: list[PluginRecord] = []
         self.load_seconds = 0.0
         self._pm = self._new_manager()
@@ -143,8 +152,27 @@ class PluginHost:
         self.ensure_loaded()
         return self._pm
 
-    def registry(self, kind: str) -> Registry:
-        """The registry of one kind: accelerator, strategy, precision, checkpoint_io or cluster_environment."""
+    @overload
+    def registry(self, kind: Literal["accelerator"]) -> Registry[Accelerator]: ...
+    @overload
+    def registry(self, kind: Literal["strategy"]) -> Registry[Strategy]: ...
+    @overload
+    def registry(self, kind: Literal["precision"]) -> Registry[Precision]: ...
+    @overload
+    def registry(self, kind: Literal["checkpoint_io"]) -> Registry[CheckpointIO]: ...
+    @overload
+    def registry(self, kind: Literal["cluster_environment"]) -> Registry[ClusterEnvironment]: ...
+    @overload
+    def registry(self, kind: str) -> Registry[Any]: ...
+    def registry(self, kind: str) -> Registry[Any]:
+        """The registry of one kind: accelerator, strategy, precision, checkpoint_io or cluster_environment.
+
+        Type checkers see the kind's base class: ``registry("accelerator")`` is a
+        ``Registry[Accelerator]``, whose ``get()`` returns an ``Accelerator``.
+
+        Raises:
+            ValueError: ``kind`` is not one of the five kinds.
+        """
         try:
             return self.registries[kind]
         except KeyError:
@@ -159,8 +187,7 @@ class PluginHost:
         with self._lock:
             self._pm = self._new_manager()
             for registry in self.registries.values():
-                registry._entries.clear()
-                registry._index = None
+                registry.clear()
             self._records = []
             self._settings = settings
             self._active_settings = None
@@ -254,7 +281,7 @@ class PluginHost:
             self._current = None
             record.load_seconds = time.perf_counter() - start
 
-    def _call_registration(self, plugin: object, hook_name: str, registry: Registry) -> None:
+    def _call_registration(self, plugin: object, hook_name: str, registry: Registry[Any]) -> None:
         for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
             if impl.plugin is plugin:
                 impl.function(*[registry for _ in impl.argnames])
@@ -283,7 +310,7 @@ class PluginHost:
         if plugin is not None and self._pm.get_plugin(record.key) is plugin:
             self._pm.unregister(plugin)
         for registry in self.registries.values():
-            registry._add_broken(registry._discard_provider(record.provider), exc)
+            registry._mark_broken(record.provider, exc)
 
     def _check_strict(self) -> None:
         failed = [r for r in self.records if r.state in ("broken", "incompatible")]

@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final
 
 from torchplug._host import PluginHost
-from torchplug._registry import KINDS, RegistryEntry, unavailable_reason
+from torchplug._registry import KINDS, RegistryEntry, why_unavailable
 
 __all__ = ["SCHEMA_VERSION", "EntryReport", "Listing", "collect"]
 
@@ -32,7 +32,7 @@ ENTRY_STATUSES: Final[dict[str, str]] = {
 class EntryReport:
     """One registered name as the listing shows it."""
 
-    entry: RegistryEntry
+    entry: RegistryEntry[Any]
     status: str = "ok"
     reason: str | None = None
     check: dict[str, Any] | None = None
@@ -82,7 +82,8 @@ def collect(host: PluginHost, kinds: tuple[str, ...] = KINDS, check: bool = Fals
     for kind in kinds:
         registry = host.registry(kind)
         for entry in sorted(registry.entries(), key=lambda e: (e.name, e.provider.label)):
-            report = _status(registry.resolution(entry.name).winner, entry, registry.resolution(entry.name).rule)
+            resolution = registry.resolution(entry.name)
+            report = _status(resolution.winner, entry, resolution.rule)
             if check and report.status in ("ok", "unavailable", "shadowed"):
                 _check(report)
             if kind == "cluster_environment" and report.status == "ok":
@@ -91,7 +92,7 @@ def collect(host: PluginHost, kinds: tuple[str, ...] = KINDS, check: bool = Fals
     return listing
 
 
-def _status(winner: RegistryEntry | None, entry: RegistryEntry, rule: str) -> EntryReport:
+def _status(winner: RegistryEntry[Any] | None, entry: RegistryEntry[Any], rule: str) -> EntryReport:
     if entry.error is not None:
         return EntryReport(entry, "broken", f"{type(entry.error).__name__}: {entry.error}")
     dist = entry.provider.distribution or entry.provider.plugin
@@ -109,7 +110,7 @@ def _status(winner: RegistryEntry | None, entry: RegistryEntry, rule: str) -> En
             f"{entry.name!r} resolves to {winner.provider} ({rule}); use '{entry.name}@{dist}' for this one",
         )
     try:
-        reason = entry.unavailable_reason()
+        reason = entry.run_probe()
     except Exception as exc:  # a probe is plugin code: its failure is that plugin's, not the listing's
         return EntryReport(entry, "broken", f"availability probe raised {type(exc).__name__}: {exc}")
     return EntryReport(entry, "unavailable", reason) if reason else EntryReport(entry)
@@ -124,7 +125,7 @@ def _detect(report: EntryReport) -> None:
     except Exception as exc:
         report.status, report.reason = "broken", f"{type(exc).__name__}: {exc}"
         return
-    detected, text = ask(cls)  # type: ignore[arg-type]
+    detected, text = ask(cls)
     report.detected = detected
     report.reason = text
 
@@ -139,12 +140,12 @@ def _check(report: EntryReport) -> None:
         # A class without is_available() (most strategies and precisions) is judged by its entry's
         # probe, so that --check agrees with the status the listing shows without importing.
         has_check = callable(getattr(cls, "is_available", None))
-        reason = unavailable_reason(cls, report.entry) if has_check else report.entry.unavailable_reason()
+        reason = why_unavailable(cls, report.entry) if has_check else report.entry.run_probe()
         check["available"] = reason is None
         if reason is not None:
             report.status, report.reason = "unavailable", reason
         elif report.entry.kind == "accelerator":
-            check["device_count"] = int(cls.auto_device_count())  # type: ignore[attr-defined]
+            check["device_count"] = int(cls.auto_device_count())
     except Exception as exc:
         report.status, report.reason = "broken", f"{type(exc).__name__}: {exc}"
         check["error"] = report.reason

@@ -32,6 +32,11 @@ import pluggy
 
 if TYPE_CHECKING:
     from torchplug._registry import Registry
+    from torchplug.accelerators.accelerator import Accelerator
+    from torchplug.environments.cluster_environment import ClusterEnvironment
+    from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.precision.precision import Precision
+    from torchplug.strategies.strategy import Strategy
 
 __all__ = [
     "HOOK_NAMES",
@@ -58,7 +63,7 @@ hookimpl: Final = pluggy.HookimplMarker(PROJECT_NAME)
 
 
 @hookspec
-def torchplug_register_accelerators(registry: Registry) -> None:
+def torchplug_register_accelerators(registry: Registry[Accelerator]) -> None:
     """Register this plugin's accelerators (kinds of hardware).
 
     Args:
@@ -74,7 +79,7 @@ def torchplug_register_accelerators(registry: Registry) -> None:
 
 
 @hookspec
-def torchplug_register_strategies(registry: Registry) -> None:
+def torchplug_register_strategies(registry: Registry[Strategy]) -> None:
     """Register this plugin's strategies (how the model is spread over devices and processes).
 
     Args:
@@ -89,7 +94,7 @@ def torchplug_register_strategies(registry: Registry) -> None:
 
 
 @hookspec
-def torchplug_register_precisions(registry: Registry) -> None:
+def torchplug_register_precisions(registry: Registry[Precision]) -> None:
     """Register this plugin's precisions (numerics: dtypes, autocast, loss scaling).
 
     Args:
@@ -104,7 +109,7 @@ def torchplug_register_precisions(registry: Registry) -> None:
 
 
 @hookspec
-def torchplug_register_checkpoint_io(registry: Registry) -> None:
+def torchplug_register_checkpoint_io(registry: Registry[CheckpointIO]) -> None:
     """Register this plugin's checkpoint IO (how checkpoints are written, read and removed).
 
     Args:
@@ -117,7 +122,7 @@ def torchplug_register_checkpoint_io(registry: Registry) -> None:
 
 
 @hookspec
-def torchplug_register_cluster_environments(registry: Registry) -> None:
+def torchplug_register_cluster_environments(registry: Registry[ClusterEnvironment]) -> None:
     """Register this plugin's cluster environments (where ranks and rendezvous come from).
 
     Args:

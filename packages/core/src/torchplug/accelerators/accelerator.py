@@ -12,6 +12,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from typing_extensions import override
+
 if TYPE_CHECKING:
     import torch
 
@@ -123,6 +125,18 @@ class Accelerator(ABC):
     def set_rng_state(self, state: Any) -> None:
         """Restore what :meth:`get_rng_state` returned."""
 
+    def deterministic_setup(self) -> None:
+        """Prepare this hardware's libraries for reproducible results; default: nothing to prepare.
+
+        The Trainer calls it in every process when the user asks for ``deterministic=True`` (or
+        ``"warn"``), next to ``torch.use_deterministic_algorithms``, once the process's device is
+        selected and before any step runs. Set here what torch's switch does not cover, for
+        example an environment variable that the vendor library reads when it creates its handles
+        (CUDA's cuBLAS reads ``CUBLAS_WORKSPACE_CONFIG`` at its first matrix product). Use
+        ``os.environ.setdefault`` so that a value the user set wins, and make it safe to call more
+        than once.
+        """
+
     # -- decisions the core delegates to the accelerator ----------------------------------------
 
     def default_strategy(self, num_devices: int, num_nodes: int, interactive: bool) -> str:
@@ -154,12 +168,13 @@ class Accelerator(ABC):
     # -- Lightning compatibility ----------------------------------------------------------------
 
     @classmethod
-    def register_accelerators(cls, registry: Registry) -> None:
+    def register_accelerators(cls, registry: Registry[Accelerator]) -> None:
         """Lightning-style self-registration: override to call ``registry.register(...)``.
 
         Called when the class itself is named by a ``torchplug.plugins`` entry point, or when
         user code calls ``MyAccelerator.register_accelerators(torchplug.AcceleratorRegistry)``.
         """
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

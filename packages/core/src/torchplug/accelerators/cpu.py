@@ -6,6 +6,7 @@ import os
 from typing import Any, ClassVar
 
 import torch
+from typing_extensions import override
 
 from torchplug.accelerators.accelerator import Accelerator
 
@@ -22,16 +23,19 @@ class CPUAccelerator(Accelerator):
     process_group_backend: ClassVar[str] = "gloo"
 
     @staticmethod
+    @override
     def is_available() -> bool:
         """The CPU is always there."""
         return True
 
     @staticmethod
+    @override
     def auto_device_count() -> int:
         """``devices="auto"`` on the CPU means one process."""
         return 1
 
     @staticmethod
+    @override
     def parse_devices(devices: Any) -> int:
         """Accept a positive int or a string of digits: the number of processes."""
         if isinstance(devices, bool) or not isinstance(devices, (int, str)):
@@ -48,18 +52,22 @@ class CPUAccelerator(Accelerator):
         return int(text)
 
     @staticmethod
+    @override
     def get_parallel_devices(devices: Any) -> list[torch.device]:
         """One ``cpu`` device per process."""
         return [torch.device("cpu")] * int(devices)
 
+    @override
     def setup_device(self, device: torch.device) -> None:
         """Nothing to select on the CPU; checks that the device is a CPU."""
         if device.type != self.device_type:
             raise ValueError(f"The CPU accelerator cannot run on device {device}.")
 
+    @override
     def teardown(self) -> None:
         """Nothing to release."""
 
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Load average and the process's resident memory, where the OS reports them."""
         stats: dict[str, Any] = {}

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Final, NoReturn
 
 import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
+from typing_extensions import override
 
 __all__ = ["HelpFormatter", "Parser", "check_config_files", "config_paths"]
 
@@ -54,6 +55,7 @@ class Parser(ArgumentParser):
         super().__init__(*args, **kwargs)
         self.display_prog = display_prog
 
+    @override
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         """Print ``PROG: error: MESSAGE`` and a help hint to stderr, and exit with code 2."""
         if os.environ.get("JSONARGPARSE_DEBUG"):

@@ -9,10 +9,10 @@ import shutil
 import sys
 from typing import Any, Final
 
-from torchplug._discovery import STATES
+from torchplug._discovery import STATES, canonicalize_name
 from torchplug._host import PluginHost
 from torchplug._listing import ENTRY_STATUSES, SCHEMA_VERSION, EntryReport, Listing, collect
-from torchplug._registry import KINDS, canonicalize_name
+from torchplug._registry import KINDS
 from torchplug._settings import ENV_VARS, PluginSettings
 
 __all__ = ["add_parser"]

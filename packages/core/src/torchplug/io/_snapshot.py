@@ -91,7 +91,7 @@ def _stageable(tensor: torch.Tensor) -> bool:
 @functools.cache
 def _staged_device_types() -> frozenset[str]:
     """The CPU and torch's current accelerator (CUDA, XPU, MPS...): raw storages there can be copied."""
-    accelerator = torch.accelerator.current_accelerator() if hasattr(torch, "accelerator") else None
+    accelerator = torch.accelerator.current_accelerator()
     return frozenset({"cpu"} | ({accelerator.type} if accelerator is not None else set()))
 
 
@@ -102,10 +102,22 @@ def _record_event(device: torch.device) -> torch.Event | None:
         event.record()
         return event
     except (RuntimeError, ValueError, TypeError, AttributeError):  # a backend without generic events
-        module = getattr(torch, device.type, None)
-        if module is not None and hasattr(module, "synchronize"):
-            module.synchronize()
+        _synchronize(device)
         return None
+
+
+def _synchronize(device: torch.device) -> None:
+    """Wait until the work queued on ``device`` is done, through ``torch.accelerator`` (any device type it serves).
+
+    A device of another type than torch's current accelerator (say, an XLA tensor copied without
+    staging) has nothing torch can wait on: its copy was not queued on a stream torch knows, and
+    the writer reads it through the device's own library.
+    """
+    accelerator = torch.accelerator.current_accelerator()
+    if accelerator is not None and device.type == accelerator.type:
+        torch.accelerator.synchronize(device)
+    else:
+        log.debug("No synchronisation for %s: torch's accelerator is %s", device, accelerator)
 
 
 def _storage_key(storage: torch.UntypedStorage) -> StorageKey:
@@ -161,7 +173,7 @@ class _Rebuild:
     def _tensor(self, tensor: torch.Tensor) -> torch.Tensor:
         if not _stageable(tensor):
             try:
-                return copy.deepcopy(tensor, self.memo)  # type: ignore[no-any-return]
+                return copy.deepcopy(tensor, self.memo)
             except RuntimeError:  # a non-leaf tensor
                 return tensor.detach().clone()
         buffer = self.staged[_storage_key(tensor.untyped_storage())]

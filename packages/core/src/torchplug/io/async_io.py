@@ -13,15 +13,13 @@ How a save goes:
    stay shared and the file is byte for byte what a synchronous ``torch.save`` would write.
    Storages on an accelerator go to reused pinned host buffers, by copies queued on the caller's
    stream without waiting for them (the writer thread waits): the snapshot costs no accelerator
-   memory, and those tensors are written as CPU tensors (as Lightning's AsyncCheckpointIO does;
-   ``Strategy.load_checkpoint`` loads to the CPU anyway).
+   memory, and those tensors are written as CPU tensors (``Strategy.load_checkpoint`` loads to
+   the CPU anyway).
 4. The wrapped IO writes the snapshot on the background thread, one save at a time, in order.
 
-Lightning's ``AsyncCheckpointIO`` pickled the live tensors until its fix for #20953 (torn,
-mixed-step checkpoints), clones into fresh memory on every save, lets pending saves pile up
-without bound, and gives no durability barrier before old checkpoints are removed. Here
-:meth:`AsyncCheckpointIO.remove_checkpoint` and :meth:`~AsyncCheckpointIO.flush` wait for the
-writes in flight, and no write error is ever lost.
+Pending saves are bounded by ``max_pending``; :meth:`AsyncCheckpointIO.remove_checkpoint` and
+:meth:`~AsyncCheckpointIO.flush` wait for the writes in flight, so an old checkpoint is removed
+only once the new one is on disk, and no write error is ever lost.
 """
 
 from __future__ import annotations
@@ -37,6 +35,7 @@ from typing import Any, Final
 
 import torch
 from fsspec.core import url_to_fs
+from typing_extensions import override
 
 from torchplug._errors import TorchplugError
 from torchplug.io._snapshot import Slot, take_snapshot
@@ -117,6 +116,7 @@ class AsyncCheckpointIO(CheckpointIO):
             raise TypeError(f"checkpoint_io={io!r} is not a CheckpointIO. Hint: pass e.g. TorchCheckpointIO().")
         self._checkpoint_io = io
 
+    @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None = None) -> None:
         """Snapshot ``checkpoint`` and write it to ``path`` in the background.
 
@@ -137,12 +137,14 @@ class AsyncCheckpointIO(CheckpointIO):
             raise
         self._writer.submit(_Job(snapshot, path, _path_key(path), storage_options, io, slot, events))
 
+    @override
     def load_checkpoint(self, path: str, map_location: Any | None = None, weights_only: bool = True) -> dict[str, Any]:
         """Read the checkpoint at ``path`` with the wrapped IO, after flushing if it is still being saved."""
         if self._writer.is_pending(_path_key(path)):
             self.flush()
         return self._io().load_checkpoint(path, map_location=map_location, weights_only=weights_only)
 
+    @override
     def remove_checkpoint(self, path: str) -> None:
         """Finish every pending write (see :meth:`flush`), then delete ``path`` with the wrapped IO.
 
@@ -152,10 +154,12 @@ class AsyncCheckpointIO(CheckpointIO):
         self.flush()
         self._io().remove_checkpoint(path)
 
+    @override
     def exists(self, path: str) -> bool:
         """Whether ``path`` exists, counting a save still pending as existing (no flush needed)."""
         return self._writer.is_pending(_path_key(path)) or self._io().exists(path)
 
+    @override
     def flush(self) -> None:
         """Block until every save started so far is written, then raise the error of any that failed.
 
@@ -165,6 +169,7 @@ class AsyncCheckpointIO(CheckpointIO):
         self._writer.wait_idle()
         self._raise_failures()
 
+    @override
     def teardown(self) -> None:
         """Flush, stop the background thread and free the staging buffers; then tear down the wrapped IO.
 
@@ -197,6 +202,7 @@ class AsyncCheckpointIO(CheckpointIO):
         message += ". Hint: every failure was logged with its traceback; the files at these paths were not updated."
         raise CheckpointSaveError(message, [p for p, _ in failures]) from error
 
+    @override
     def __repr__(self) -> str:
         return f"AsyncCheckpointIO(checkpoint_io={self._checkpoint_io!r}, max_pending={self.max_pending})"
 

@@ -9,6 +9,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import TYPE_CHECKING, Any
 
+from typing_extensions import override
+
 if TYPE_CHECKING:
     from torchplug._registry import Registry
 
@@ -70,8 +72,9 @@ class CheckpointIO(ABC):
         self.flush()
 
     @classmethod
-    def register_checkpoint_io(cls, registry: Registry) -> None:
+    def register_checkpoint_io(cls, registry: Registry[CheckpointIO]) -> None:
         """Lightning-style self-registration: override to call ``registry.register(...)``."""
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -10,6 +10,7 @@ import uuid
 from typing import TYPE_CHECKING, Any
 
 import torch
+from typing_extensions import override
 
 from torchplug.io.checkpoint_io import CheckpointIO
 
@@ -50,6 +51,7 @@ class TorchCheckpointIO(CheckpointIO):
     def __init__(self, fsync: bool = False) -> None:
         self.fsync = fsync
 
+    @override
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None = None) -> None:
         """Write ``checkpoint`` to ``path`` atomically (see the class docstring)."""
         if storage_options is not None:
@@ -79,22 +81,28 @@ class TorchCheckpointIO(CheckpointIO):
         if self.fsync:
             _fsync(os.path.dirname(path) or ".")
 
+    @override
     def load_checkpoint(self, path: str, map_location: Any | None = None, weights_only: bool = True) -> dict[str, Any]:
         """Read the checkpoint at ``path`` (``weights_only=True`` unless the caller trusts the file)."""
         fs, fs_path, local = _url_to_fs(path)
         if not fs.exists(fs_path):
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
+        checkpoint: dict[str, Any]  # torch.load is typed to return Any
         if local:
-            return torch.load(fs_path, map_location=map_location, weights_only=weights_only)  # type: ignore[no-any-return]
-        with fs.open(fs_path, "rb") as stream:
-            return torch.load(stream, map_location=map_location, weights_only=weights_only)  # type: ignore[no-any-return]
+            checkpoint = torch.load(fs_path, map_location=map_location, weights_only=weights_only)
+        else:
+            with fs.open(fs_path, "rb") as stream:
+                checkpoint = torch.load(stream, map_location=map_location, weights_only=weights_only)
+        return checkpoint
 
+    @override
     def remove_checkpoint(self, path: str) -> None:
         """Delete the checkpoint at ``path``; nothing happens if it is already gone."""
         fs, fs_path, _ = _url_to_fs(path)
         if fs.exists(fs_path):
             fs.rm(fs_path, recursive=True)
 
+    @override
     def __repr__(self) -> str:
         return f"TorchCheckpointIO(fsync={self.fsync})"
 

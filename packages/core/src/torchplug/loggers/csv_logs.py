@@ -7,6 +7,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from typing_extensions import override
+
 from torchplug.loggers._versions import next_version, version_folder, write_hparams
 from torchplug.loggers.logger import Logger
 
@@ -49,11 +51,13 @@ class CSVLogger(Logger):
         return self._filesystem
 
     @property
+    @override
     def name(self) -> str:
         """The experiment name."""
         return self._name
 
     @property
+    @override
     def version(self) -> int | str:
         """The run version (the next free number unless given)."""
         if self._version is None:
@@ -65,11 +69,13 @@ class CSVLogger(Logger):
         self._version = value
 
     @property
+    @override
     def save_dir(self) -> str:
         """The root directory."""
         return self._save_dir
 
     @property
+    @override
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_<n>`` (or ``<save_dir>/<name>/<version>`` for a string version)."""
         return f"{self._save_dir.rstrip('/')}/{self._name}/{version_folder(self.version)}"
@@ -82,10 +88,12 @@ class CSVLogger(Logger):
     def _next_version(self) -> int:
         return next_version(self._fs, f"{self._save_dir.rstrip('/')}/{self._name}")
 
+    @override
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Write ``hparams.yaml`` (values that YAML cannot represent are written as text)."""
         write_hparams(self._fs, self.log_dir, params)
 
+    @override
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Buffer one row (``step`` plus the metrics); written every ``flush_logs_every_n_steps`` rows."""
         row = {"step": step, **metrics}
@@ -96,6 +104,7 @@ class CSVLogger(Logger):
         if len(self._rows) >= self._flush_every:
             self.save()
 
+    @override
     def save(self) -> None:
         """Append buffered rows to ``metrics.csv`` (rewriting it when new columns appeared)."""
         if not self._rows:

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import fsspec
+from typing_extensions import override
 
 from torchplug.loggers._versions import next_version, version_folder, write_hparams
 from torchplug.loggers.logger import Logger
@@ -47,7 +48,7 @@ class TensorBoardLogger(Logger):
         name: Experiment name, a subdirectory of ``save_dir``.
         version: Run version; by default the next free ``version_<n>``. A string is used as the directory name.
         default_hp_metric: When hyperparameters are logged without metrics, log ``hp_metric = -1`` so the
-            HPARAMS tab of TensorBoard lists the run (as Lightning does). Log ``hp_metric`` yourself to fill it.
+            HPARAMS tab of TensorBoard lists the run. Log ``hp_metric`` yourself to fill it.
         prefix: Put before every metric name, joined with ``-``.
         sub_dir: A subdirectory of the version directory for the event files.
         **writer_kwargs: Passed to ``torch.utils.tensorboard.SummaryWriter`` (``flush_secs``, ``max_queue``...).
@@ -82,11 +83,13 @@ class TensorBoardLogger(Logger):
     # -- where ----------------------------------------------------------------------------------
 
     @property
+    @override
     def name(self) -> str:
         """The experiment name."""
         return self._name
 
     @property
+    @override
     def version(self) -> int | str:
         """The run version (the next free number unless given)."""
         if self._version is None:
@@ -98,6 +101,7 @@ class TensorBoardLogger(Logger):
         self._version = value
 
     @property
+    @override
     def save_dir(self) -> str:
         """The root directory."""
         return self._save_dir
@@ -109,6 +113,7 @@ class TensorBoardLogger(Logger):
         return f"{base}/{self._name}" if self._name else base
 
     @property
+    @override
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_<n>`` (``<version>`` for a string), plus ``sub_dir`` when given."""
         path = f"{self.root_dir}/{version_folder(self.version)}"
@@ -128,6 +133,7 @@ class TensorBoardLogger(Logger):
 
     # -- what -----------------------------------------------------------------------------------
 
+    @override
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Add each metric as a scalar at ``step`` (a dict value becomes one chart of several scalars)."""
         writer = self.experiment
@@ -138,6 +144,7 @@ class TensorBoardLogger(Logger):
             else:
                 writer.add_scalar(tag, _scalar(value), step)
 
+    @override
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
         """Record ``params`` in TensorBoard's HPARAMS tab and in ``hparams.yaml``.
 
@@ -158,6 +165,7 @@ class TensorBoardLogger(Logger):
         for summary in hparams(flat, dict(metrics or {})):
             writer.add_summary(summary)
 
+    @override
     def save(self) -> None:
         """Flush pending events and write ``hparams.yaml`` into the version directory."""
         if self._experiment is not None:
@@ -165,6 +173,7 @@ class TensorBoardLogger(Logger):
         if self.hparams:
             write_hparams(self._fs, self.log_dir, self.hparams)
 
+    @override
     def finalize(self, status: str) -> None:
         """Flush, write ``hparams.yaml`` and close the event file."""
         self.save()
@@ -172,6 +181,7 @@ class TensorBoardLogger(Logger):
             self._experiment.close()
             self._experiment = None
 
+    @override
     def __repr__(self) -> str:
         return f"TensorBoardLogger(save_dir={self._save_dir!r}, name={self._name!r}, version={self._version!r})"
 

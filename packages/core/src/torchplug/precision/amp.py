@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 
 import torch
 from torch.optim import Optimizer
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.precision.precision import Precision, calls_closure_itself
@@ -30,19 +31,28 @@ class MixedPrecision(Precision):
 
     ``16-mixed`` computes in float16 and scales the loss with a ``torch.amp.GradScaler`` so that
     small gradients do not underflow; ``bf16-mixed`` computes in bfloat16, which has float32's
-    range and needs no scaler. Unlike Lightning, which turns ``16-mixed`` into ``bf16-mixed`` on
-    the CPU, this plugin honours ``16-mixed`` everywhere autocast and the scaler support float16
-    (the CPU included, since torch 2.3).
+    range and needs no scaler. ``16-mixed`` is honoured everywhere autocast and the scaler
+    support float16 (the CPU included, since torch 2.3).
 
-    The autocast device type is not known when the plugin is created: the Trainer calls
-    :meth:`connect_accelerator` once before training, and the plugin reads the accelerator's
-    ``autocast_device_type`` there (the loss scaler is created then too). It never tests the
-    device type itself, so a new accelerator only has to declare its ``autocast_device_type``.
+    Where autocast runs, in this order: the ``device_type`` given here; else the accelerator's
+    ``autocast_device_type``, read in :meth:`connect_accelerator` (which ``Strategy.attach``
+    calls, so under a Trainer the plugin follows the accelerator); else, for a plugin used on
+    its own, torch's current accelerator when one is available here (``torch.accelerator``),
+    or the CPU. The plugin never tests the device type itself, so a new accelerator only has to
+    declare its ``autocast_device_type``.
+
+    Used on its own, without a Trainer::
+
+        precision = MixedPrecision("bf16-mixed", device_type="cpu")
+        with precision.forward_context():
+            loss = model(batch).sum()
 
     Args:
         precision: ``"16-mixed"`` (float16 with a loss scaler) or ``"bf16-mixed"`` (bfloat16, no scaler).
         device_type: The device type for ``torch.autocast`` and the scaler; it wins over the
-            accelerator's. Leave it None to take the accelerator's ``autocast_device_type``.
+            accelerator's. Leave it None to take the accelerator's ``autocast_device_type`` (or,
+            used alone, torch's current accelerator, else the CPU). Give it on a machine with a
+            GPU to autocast work that runs on the CPU.
         scaler: A ``torch.amp.GradScaler`` to use instead of a default one (for example with
             another ``init_scale``); ``16-mixed`` only.
 
@@ -77,15 +87,26 @@ class MixedPrecision(Precision):
             self._use_device_type(device_type)
 
     @property
-    def device_type(self) -> str | None:
-        """The device type given to ``torch.autocast`` (None until :meth:`connect_accelerator`)."""
+    def device_type(self) -> str:
+        """The device type given to ``torch.autocast`` (see the class docstring for where it comes from).
+
+        Asked before :meth:`connect_accelerator` on a plugin created without ``device_type=``, it
+        settles on torch's current accelerator (or the CPU); a later :meth:`connect_accelerator`
+        still replaces it with the accelerator's.
+        """
+        if self._device_type is None:
+            self._use_device_type(_default_device_type())
+        assert self._device_type is not None
         return self._device_type
 
     @property
     def scaler(self) -> GradScaler | None:
-        """The loss scaler of ``16-mixed`` (None for ``bf16-mixed``, and before :meth:`connect_accelerator`)."""
+        """The loss scaler of ``16-mixed``, created for :attr:`device_type` on first use; None for ``bf16-mixed``."""
+        if self._scaler is None and self.precision == "16-mixed":
+            self._use_device_type(self.device_type)
         return self._scaler
 
+    @override
     def connect_accelerator(self, accelerator: Accelerator) -> None:
         """Take the autocast device type from ``accelerator`` and create the loss scaler for it.
 
@@ -108,6 +129,7 @@ class MixedPrecision(Precision):
         self._use_device_type(device_type)
 
     def _use_device_type(self, device_type: str) -> None:
+        """Autocast on ``device_type``; create the scaler for it (moving an existing scaler's state over)."""
         changed = self._device_type is not None and device_type != self._device_type
         self._device_type = device_type
         if self.precision != "16-mixed" or not self._own_scaler:
@@ -122,30 +144,25 @@ class MixedPrecision(Precision):
 
     # -- forward --------------------------------------------------------------------------------
 
+    @override
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
-        """``torch.autocast(device_type, dtype)``: eligible operations run in 16 bits.
+        """``torch.autocast(device_type, dtype)``: eligible operations on :attr:`device_type` run in 16 bits."""
+        return torch.autocast(self.device_type, dtype=self.dtype)
 
-        Raises:
-            RuntimeError: The device type is not known yet (see :meth:`connect_accelerator`).
-        """
-        if self._device_type is None:
-            raise RuntimeError(
-                f"{self!r} does not know which device to autocast on yet. The Trainer calls "
-                "connect_accelerator(accelerator) before training; outside the Trainer, call it yourself "
-                "or pass device_type= (for example device_type='cpu')."
-            )
-        return torch.autocast(self._device_type, dtype=self.dtype)
-
+    @override
     def convert_output(self, data: Any) -> Any:
         """Cast the float16 and bfloat16 tensors of ``data`` (what autocast produced) to float32."""
         return apply_to_tensors(data, lambda t: t.float() if t.dtype in _LOW_PRECISION else t)
 
     # -- backward and step ------------------------------------------------------------------------
 
+    @override
     def pre_backward(self, tensor: torch.Tensor, module: torch.nn.Module | None) -> torch.Tensor:
         """Multiply the loss by the scaler's scale (``16-mixed``); return it as it is otherwise."""
-        return self._scaler.scale(tensor) if self._scaler is not None else tensor
+        scaler = self.scaler
+        return scaler.scale(tensor) if scaler is not None else tensor
 
+    @override
     def optimizer_step(
         self, optimizer: Optimizer, module: torch.nn.Module | None, closure: Callable[[], Any] | None = None
     ) -> Any:
@@ -165,7 +182,8 @@ class MixedPrecision(Precision):
             MisconfigurationError: The optimizer calls its closure itself, several times per step
                 (LBFGS): the scaler cannot check the gradients in between.
         """
-        if self._scaler is None:
+        scaler = self.scaler
+        if scaler is None:
             return super().optimizer_step(optimizer, module, closure)
         if calls_closure_itself(optimizer):
             raise MisconfigurationError(
@@ -178,24 +196,27 @@ class MixedPrecision(Precision):
             with torch.enable_grad():
                 result = closure()
         if any(p.grad is not None for p in self.main_params(optimizer)):
-            self._scaler.step(optimizer)
-            self._scaler.update()  # resets the scaler's per-optimizer state, so ours too
+            scaler.step(optimizer)
+            scaler.update()  # resets the scaler's per-optimizer state, so ours too
             self._unscaled.clear()
         return result
 
+    @override
     def unscale_gradients(self, optimizer: Optimizer) -> None:
         """Divide ``optimizer``'s gradients by the scale, once per step (later calls do nothing).
 
         Also records whether a gradient is inf or NaN, for :meth:`optimizer_step` to skip the step.
         Call it, rather than ``scaler.unscale_``, before reading the gradients' true values.
         """
-        if self._scaler is None or id(optimizer) in self._unscaled:
+        scaler = self.scaler
+        if scaler is None or id(optimizer) in self._unscaled:
             return
-        self._scaler.unscale_(optimizer)
+        scaler.unscale_(optimizer)
         self._unscaled.add(id(optimizer))
 
     # -- state ------------------------------------------------------------------------------------
 
+    @override
     def state_dict(self) -> dict[str, Any]:
         """``{"scaler": <the scaler's state>}`` for ``16-mixed`` (scale and growth tracker); ``{}`` otherwise."""
         if self._scaler is not None:
@@ -204,11 +225,12 @@ class MixedPrecision(Precision):
             return {"scaler": dict(self._pending_scaler_state)}
         return {}
 
+    @override
     def load_state_dict(self, state_dict: Mapping[str, Any]) -> None:
         """Restore the scaler's state, so a resumed run continues exactly where it stopped.
 
-        Before :meth:`connect_accelerator` the state is kept and given to the scaler once it
-        exists. A state without a scaler (saved under another precision) leaves the scaler fresh,
+        Before the scaler exists (it is created with the device type) the state is kept and given
+        to it then. A state without a scaler (saved under another precision) leaves the scaler fresh,
         and ``bf16-mixed`` ignores a saved scaler.
         """
         scaler_state = state_dict.get("scaler")
@@ -219,19 +241,21 @@ class MixedPrecision(Precision):
         else:
             self._pending_scaler_state = dict(scaler_state)
 
+    @override
     def teardown(self) -> None:
         """Forget which optimizers were unscaled. The scaler and its state stay, for the next run."""
         self._unscaled.clear()
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}(precision={self.precision!r}, device_type={self._device_type!r})"
 
 
 def _new_scaler(device_type: str) -> GradScaler:
-    scaler_class = getattr(torch.amp, "GradScaler", None)
-    if scaler_class is None:
-        raise MisconfigurationError(
-            f"precision='16-mixed' needs torch.amp.GradScaler, new in torch 2.3; torch {torch.__version__} is "
-            "installed. Hint: upgrade torch, or use precision='bf16-mixed'."
-        )
-    return scaler_class(device_type)  # type: ignore[no-any-return]
+    return torch.amp.GradScaler(device_type)
+
+
+def _default_device_type() -> str:
+    """Where a plugin used without an accelerator autocasts: torch's current accelerator if available, else the CPU."""
+    accelerator = torch.accelerator.current_accelerator(check_available=True)
+    return accelerator.type if accelerator is not None else "cpu"

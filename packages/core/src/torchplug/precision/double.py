@@ -21,7 +21,7 @@ class DoublePrecision(_WholeDtypePrecision):
     * :meth:`tensor_init_context`, :meth:`module_init_context` and :meth:`forward_context` make
       float64 torch's default dtype while they are open (restored on exit, even on error).
     * :meth:`convert_input` casts the batch's floating-point tensors to float64;
-      :meth:`convert_output` casts floating-point outputs back to float32, as Lightning does.
+      :meth:`convert_output` casts floating-point outputs back to float32.
     """
 
     name: ClassVar[str] = "64-true"

@@ -7,6 +7,7 @@ from collections.abc import Generator
 from typing import Any, ClassVar, Final
 
 import torch
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.precision.precision import Precision
@@ -23,24 +24,29 @@ class _WholeDtypePrecision(Precision):
     #: The dtype of the parameters, inputs and activations.
     dtype: torch.dtype
 
+    @override
     def convert_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Cast the module's floating-point parameters and buffers to :attr:`dtype`."""
         return module.to(dtype=self.dtype)
 
     @contextlib.contextmanager
+    @override
     def tensor_init_context(self) -> Generator[None, None, None]:
         """Make :attr:`dtype` the default dtype inside the block (restored on exit, even on error)."""
         with default_dtype(self.dtype):
             yield
 
+    @override
     def forward_context(self) -> contextlib.AbstractContextManager[Any]:
         """Make :attr:`dtype` the default dtype while the step runs, so tensors it creates match the weights."""
         return default_dtype(self.dtype)
 
+    @override
     def convert_input(self, data: Any) -> Any:
         """Cast the floating-point tensors of ``data`` (nested lists, tuples, dicts, dataclasses) to :attr:`dtype`."""
         return cast_floating(data, self.dtype)
 
+    @override
     def convert_output(self, data: Any) -> Any:
         """Cast the floating-point tensors of ``data`` back to float32."""
         return cast_floating(data, torch.float32)
@@ -82,6 +88,7 @@ class HalfPrecision(_WholeDtypePrecision):
         self.precision: str = precision
         self.dtype: torch.dtype = dtype
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}(precision={self.precision!r})"
 

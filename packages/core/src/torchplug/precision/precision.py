@@ -11,6 +11,8 @@ import inspect
 from collections.abc import Callable, Generator, Iterator
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from typing_extensions import override
+
 if TYPE_CHECKING:
     import torch
     from torch.optim import Optimizer
@@ -30,10 +32,11 @@ class Precision:
     name: ClassVar[str] = "32-true"
 
     def connect_accelerator(self, accelerator: Accelerator) -> None:
-        """Called once before training with the accelerator in use.
+        """Learn the accelerator in use; called by ``Strategy.attach`` (so once per Trainer).
 
         Mixed precision reads ``accelerator.autocast_device_type`` here instead of testing the
-        device type itself.
+        device type itself. A plugin must also work when this is never called (used on its own,
+        without a Trainer): take what it needs as constructor arguments, with sensible defaults.
         """
 
     # -- creating and converting --------------------------------------------------------------
@@ -139,9 +142,10 @@ class Precision:
     # -- Lightning compatibility --------------------------------------------------------------
 
     @classmethod
-    def register_precisions(cls, registry: Registry) -> None:
+    def register_precisions(cls, registry: Registry[Precision]) -> None:
         """Lightning-style self-registration: override to call ``registry.register(...)``."""
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"
 

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.accelerators.accelerator import Accelerator
@@ -33,6 +34,7 @@ class StepDispatcher(torch.nn.Module):
         super().__init__()
         self.module = module
 
+    @override
     def forward(self, step_name: str, *args: Any, **kwargs: Any) -> Any:
         """Return ``module.<step_name>(*args, **kwargs)`` (for example ``step_name="training_step"``)."""
         return getattr(self.module, step_name)(*args, **kwargs)
@@ -75,8 +77,10 @@ class DDPStrategy(ParallelStrategy):
         self.find_unused_parameters = find_unused_parameters
         self.ddp_kwargs = ddp_kwargs
 
-    def _configure_launcher(self) -> None:
-        super()._configure_launcher()
+    @override
+    def configure_launcher(self) -> None:
+        """Set the launcher for ``start_method``: a script re-launcher for ``popen``, else a multiprocessing one."""
+        super().configure_launcher()
         assert self.cluster_environment is not None
         if self.start_method == "popen":
             from torchplug.strategies.launchers.subprocess_script import SubprocessScriptLauncher
@@ -87,6 +91,7 @@ class DDPStrategy(ParallelStrategy):
 
             self.launcher = MultiProcessingLauncher(self, self.start_method)
 
+    @override
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Wrap the module in DistributedDataParallel (through a :class:`StepDispatcher`)."""
         device = self.root_device
@@ -98,6 +103,7 @@ class DDPStrategy(ParallelStrategy):
             **self.ddp_kwargs,
         )
 
+    @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run ``training_step`` through DDP's forward, so its gradients are synchronised."""
         assert self.precision is not None and self.model is not None
@@ -105,6 +111,7 @@ class DDPStrategy(ParallelStrategy):
             return self.model("training_step", *args, **kwargs)
 
     @contextlib.contextmanager
+    @override
     def no_backward_sync(self, enabled: bool = True) -> Generator[None, None, None]:
         """Skip the gradient all-reduce inside the block (for gradient accumulation)."""
         if enabled and isinstance(self.model, DistributedDataParallel):
@@ -113,5 +120,6 @@ class DDPStrategy(ParallelStrategy):
         else:
             yield
 
+    @override
     def __repr__(self) -> str:
         return f"DDPStrategy(start_method={self.start_method!r}, find_unused_parameters={self.find_unused_parameters})"

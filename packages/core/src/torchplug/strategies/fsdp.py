@@ -10,7 +10,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Callable, Generator, Iterable, Mapping
 from datetime import timedelta
-from typing import Any
+from typing import Any, Final
 
 import torch
 from torch.distributed.checkpoint.state_dict import (
@@ -22,6 +22,7 @@ from torch.distributed.checkpoint.state_dict import (
 )
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from typing_extensions import TypeIs, override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.accelerators.accelerator import Accelerator
@@ -37,18 +38,37 @@ WrapPolicy = Iterable[type[torch.nn.Module]] | Callable[[torch.nn.Module], bool]
 
 
 def _call_as_forward(module: torch.nn.Module, method: str, *args: Any, **kwargs: Any) -> Any:
-    """Call ``module.<method>`` through ``module.__call__``, so FSDP's forward hooks gather the parameters."""
-    original = module.forward
+    """Call ``module.<method>`` through ``module.__call__``, so FSDP's forward hooks gather the parameters.
+
+    For the duration of the call, an instance attribute ``forward`` shadows the class's method;
+    the instance's attributes are then left as they were.
+    """
+    attributes = vars(module)
+    shadowed = attributes.get("forward", _NOTHING)
+
+    def restore() -> None:
+        if shadowed is _NOTHING:
+            attributes.pop("forward", None)
+        else:
+            attributes["forward"] = shadowed
 
     def redirected(*inner_args: Any, **inner_kwargs: Any) -> Any:
-        module.forward = original  # type: ignore[method-assign]  # nested self(x) calls see the real forward
+        restore()  # nested self(x) calls see the real forward
         return getattr(module, method)(*inner_args, **inner_kwargs)
 
-    module.forward = redirected  # type: ignore[method-assign]
+    attributes["forward"] = redirected
     try:
         return module(*args, **kwargs)
     finally:
-        module.forward = original  # type: ignore[method-assign]
+        restore()
+
+
+_NOTHING: Final = object()
+
+
+def _lists_classes(policy: WrapPolicy) -> TypeIs[Iterable[type[torch.nn.Module]]]:
+    """Whether a wrap policy is a collection of module classes (else it is a ``module -> bool`` function)."""
+    return isinstance(policy, (set, frozenset, list, tuple)) or not callable(policy)
 
 
 class FSDPStrategy(DDPStrategy):
@@ -104,10 +124,11 @@ class FSDPStrategy(DDPStrategy):
         policy = self.auto_wrap_policy
         if policy is None:
             return False
-        if callable(policy) and not isinstance(policy, (set, frozenset, list, tuple)):
-            return bool(policy(module))
-        return isinstance(module, tuple(policy))  # type: ignore[arg-type]
+        if _lists_classes(policy):
+            return isinstance(module, tuple(policy))
+        return bool(policy(module))
 
+    @override
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
         """Shard the submodules the wrap policy selects, then the whole module."""
         mesh = init_device_mesh(self.root_device.type, (self.world_size,))
@@ -124,30 +145,35 @@ class FSDPStrategy(DDPStrategy):
         fully_shard(module, **options)
         return module
 
+    @override
     def model_to_device(self) -> None:
         """Move the module to this process's device (the CPU when offloading)."""
         assert self.module is not None
         if not self.cpu_offload:
             self.module.to(self.root_device)
 
+    @override
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run ``training_step`` through the module's ``__call__`` so FSDP gathers its parameters."""
         assert self.precision is not None and self.model is not None
         with self.precision.forward_context():
             return _call_as_forward(self.model, "training_step", *args, **kwargs)
 
+    @override
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run ``validation_step`` through the module's ``__call__``."""
         assert self.precision is not None and self.model is not None
         with self.precision.forward_context():
             return _call_as_forward(self.model, "validation_step", *args, **kwargs)
 
+    @override
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run ``test_step`` through the module's ``__call__``."""
         assert self.precision is not None and self.model is not None
         with self.precision.forward_context():
             return _call_as_forward(self.model, "test_step", *args, **kwargs)
 
+    @override
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run ``predict_step`` through the module's ``__call__``."""
         assert self.precision is not None and self.model is not None
@@ -155,6 +181,7 @@ class FSDPStrategy(DDPStrategy):
             return _call_as_forward(self.model, "predict_step", *args, **kwargs)
 
     @contextlib.contextmanager
+    @override
     def no_backward_sync(self, enabled: bool = True) -> Generator[None, None, None]:
         """Accumulate unsharded gradients locally inside the block (no reduce-scatter)."""
         model = self.model
@@ -169,22 +196,26 @@ class FSDPStrategy(DDPStrategy):
 
     _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
 
+    @override
     def module_state_dict(self) -> dict[str, Any]:
         """The full state dict, gathered on the CPU (every process must call this; rank 0 gets it)."""
         assert self.model is not None
         return get_model_state_dict(self.model, options=self._FULL)
 
+    @override
     def load_module_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
         """Load a full state dict; each process keeps its shard."""
         assert self.model is not None
         options = StateDictOptions(full_state_dict=True, strict=strict)
         set_model_state_dict(self.model, dict(state_dict), options=options)
 
+    @override
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
         """The optimizer's full state dict (every process must call this)."""
         assert self.model is not None
         return get_optimizer_state_dict(self.model, optimizer, options=self._FULL)
 
+    @override
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state_dict: Mapping[str, Any]) -> None:
         """Load a full optimizer state dict into the sharded optimizer."""
         assert self.model is not None
@@ -192,11 +223,13 @@ class FSDPStrategy(DDPStrategy):
             self.model, optimizer, dict(state_dict), options=StateDictOptions(full_state_dict=True)
         )
 
+    @override
     def clip_gradients(self, optimizer: torch.optim.Optimizer, clip_val: float, algorithm: str = "norm") -> None:
         """Clip sharded gradients (the norm is computed over all shards)."""
         if algorithm not in ("norm", "value"):
             raise MisconfigurationError(f"gradient_clip_algorithm={algorithm!r}: choose 'norm' or 'value'.")
         super().clip_gradients(optimizer, clip_val, algorithm)
 
+    @override
     def __repr__(self) -> str:
         return f"FSDPStrategy(start_method={self.start_method!r}, cpu_offload={self.cpu_offload})"

@@ -7,6 +7,7 @@ from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.distributed as dist
+from typing_extensions import override
 
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
@@ -55,35 +56,37 @@ class ParallelStrategy(Strategy):
         return len(self.parallel_devices) if self.parallel_devices else 1
 
     @property
+    @override
     def root_device(self) -> torch.device:
         """This process's device: the local rank's entry of the parallel devices."""
         assert self.parallel_devices, "the Trainer sets parallel_devices before use"
         return self.parallel_devices[self.local_rank]
 
     @property
+    @override
     def is_global_zero(self) -> bool:
         """Whether this is global rank 0."""
         return self.global_rank == 0
 
     @property
+    @override
     def distributed_sampler_kwargs(self) -> dict[str, Any]:
         """Each process reads the shard of its global rank."""
         return {"num_replicas": self.num_nodes * self.num_processes, "rank": self.global_rank}
 
-    def _configure_launcher(self) -> None:
-        """Compute the ranks as soon as the components are in place; subclasses then set the launcher.
-
-        So ``trainer.global_rank``, ``world_size`` and ``is_global_zero`` are right from ``Trainer()`` on.
-        """
-        self.set_world_ranks()
-
+    @override
     def set_world_ranks(self) -> None:
-        """Tell the cluster environment the rank and world size this strategy computes."""
+        """Tell the cluster environment this process's global rank and the world size.
+
+        The global rank is ``node_rank * processes per node + local_rank``; the world size is
+        ``num_nodes * processes per node``.
+        """
         assert self.cluster_environment is not None
         env = self.cluster_environment
         env.set_global_rank(env.node_rank() * self.num_processes + env.local_rank())
         env.set_world_size(self.num_nodes * self.num_processes)
 
+    @override
     def setup_environment(self) -> None:
         """Select this process's device, then compute the ranks and join the process group.
 
@@ -98,6 +101,7 @@ class ParallelStrategy(Strategy):
         backend = self.process_group_backend or self.accelerator.process_group_backend
         init_process_group(self.cluster_environment, backend, self.timeout)
 
+    @override
     def model_to_device(self) -> None:
         """Move the module to this process's device."""
         assert self.module is not None
@@ -109,11 +113,13 @@ class ParallelStrategy(Strategy):
     def _active() -> bool:
         return dist.is_available() and dist.is_initialized()
 
+    @override
     def barrier(self, name: str | None = None) -> None:
         """Wait until every process reaches this point."""
         if self._active():
             dist.barrier()
 
+    @override
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Send any picklable ``obj`` from rank ``src`` to every process."""
         if not self._active():
@@ -122,6 +128,7 @@ class ParallelStrategy(Strategy):
         dist.broadcast_object_list(holder, src=src)
         return holder[0]
 
+    @override
     def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
         """Gather ``tensor`` from every process, stacked on a new first dimension (``sync_grads``: with gradients)."""
         if not self._active():
@@ -134,6 +141,7 @@ class ParallelStrategy(Strategy):
         dist.all_gather(parts, tensor.contiguous(), group=group)
         return torch.stack(parts)
 
+    @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
         """Reduce over every process: ``"mean"`` (default), ``"sum"``, ``"max"`` or ``"min"``."""
         if not self._active():
@@ -149,6 +157,7 @@ class ParallelStrategy(Strategy):
             value = value / dist.get_world_size(group)
         return value
 
+    @override
     def reduce_boolean_decision(self, decision: bool, all: bool = True) -> bool:
         """True if every process (``all=True``) or any process decided True."""
         if not self._active():

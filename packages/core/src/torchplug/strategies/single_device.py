@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any, TypeVar
 
 import torch
+from typing_extensions import override
 
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.io.checkpoint_io import CheckpointIO
@@ -34,6 +35,7 @@ class SingleDeviceStrategy(Strategy):
         self._device = torch.device(device) if device is not None else None
 
     @property
+    @override
     def root_device(self) -> torch.device:
         """The device given, else the first of the accelerator's parallel devices, else the CPU."""
         if self._device is not None:
@@ -43,46 +45,56 @@ class SingleDeviceStrategy(Strategy):
         return torch.device("cpu")
 
     @property
+    @override
     def is_global_zero(self) -> bool:
         """Always True: this is the only process."""
         return True
 
     @property
+    @override
     def global_rank(self) -> int:
         """Always 0."""
         return 0
 
     @property
+    @override
     def local_rank(self) -> int:
         """Always 0."""
         return 0
 
     @property
+    @override
     def node_rank(self) -> int:
         """Always 0."""
         return 0
 
     @property
+    @override
     def world_size(self) -> int:
         """Always 1."""
         return 1
 
+    @override
     def model_to_device(self) -> None:
         """Move the module to the device."""
         assert self.module is not None
         self.module.to(self.root_device)
 
+    @override
     def barrier(self, name: str | None = None) -> None:
         """Nothing to wait for."""
 
+    @override
     def broadcast(self, obj: T, src: int = 0) -> T:
         """Return ``obj``: there is no one else."""
         return obj
 
+    @override
     def all_gather(self, tensor: torch.Tensor, group: Any | None = None, sync_grads: bool = False) -> torch.Tensor:
         """Return ``tensor`` with a leading dimension of size 1, the same shape DDP gives with one process."""
         return tensor.unsqueeze(0)
 
+    @override
     def reduce(self, tensor: Any, group: Any | None = None, reduce_op: str | None = "mean") -> Any:
         """Return ``tensor``: the reduction over one process."""
         return tensor

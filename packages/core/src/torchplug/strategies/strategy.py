@@ -13,6 +13,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
+from typing_extensions import override
+
+from torchplug._errors import MisconfigurationError
+from torchplug.precision.precision import Precision
+
 if TYPE_CHECKING:
     import torch
     from torch.optim import Optimizer
@@ -21,7 +26,6 @@ if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
     from torchplug.environments.cluster_environment import ClusterEnvironment
     from torchplug.io.checkpoint_io import CheckpointIO
-    from torchplug.precision.precision import Precision
     from torchplug.strategies.launcher import Launcher
 
 __all__ = ["Strategy"]
@@ -35,9 +39,23 @@ class Strategy(ABC):
     """How training is spread over devices and processes (one device, DDP, FSDP, XLA, ...).
 
     Subclasses implement the abstract members; everything else has a working single-process
-    default. The Trainer fills in the components the user did not set before calling
-    :meth:`setup_environment`: a component passed to the strategy's constructor always wins
-    over the Trainer's separate arguments.
+    default.
+
+    A strategy is assembled in two steps: its constructor takes the components the user wants
+    to fix, and :meth:`attach` gives it the rest and makes it ready (the Trainer calls it once,
+    with what it resolved from its arguments). An instance component passed to the strategy's
+    constructor always wins over the one given to :meth:`attach`. Vendors override
+    :meth:`set_world_ranks` and :meth:`configure_launcher`, which :meth:`attach` calls, rather
+    than :meth:`attach` itself.
+
+    Example, without a Trainer::
+
+        strategy = DDPStrategy(start_method="spawn", precision=MixedPrecision("bf16-mixed"))
+        strategy.attach(
+            accelerator=CPUAccelerator(),
+            cluster_environment=LocalEnvironment(),
+            parallel_devices=[torch.device("cpu")] * 2,
+        )  # keeps its bf16-mixed precision, computes the ranks, sets a spawning launcher
 
     Args:
         accelerator: The hardware, or None to let the Trainer choose.
@@ -101,8 +119,88 @@ class Strategy(ABC):
         """
         return precision
 
-    def _configure_launcher(self) -> None:
-        """Set :attr:`launcher` for this strategy. Called after the components are in place."""
+    def attach(
+        self,
+        *,
+        accelerator: Accelerator | None = None,
+        precision: Precision | None = None,
+        checkpoint_io: CheckpointIO | None = None,
+        cluster_environment: ClusterEnvironment | None = None,
+        parallel_devices: list[torch.device] | None = None,
+        num_nodes: int = 1,
+    ) -> None:
+        """Give the strategy the components it does not hold yet, compute the ranks and set the launcher.
+
+        This is the one way to make a strategy ready for :meth:`setup_environment`; the Trainer
+        calls it once, when it is created. Each component already held (passed to the constructor,
+        or created by it) is kept: an instance component passed to the strategy's constructor
+        always wins over the one given here. Then, in order:
+
+        1. ``precision.connect_accelerator(accelerator)``: the precision learns the hardware (the
+           autocast device type, for mixed precision);
+        2. :meth:`set_world_ranks`: the cluster environment learns the global rank and world size,
+           so ``global_rank``, ``world_size`` and ``is_global_zero`` are right from here on;
+        3. :meth:`configure_launcher`: :attr:`launcher` is set (None when the strategy starts no
+           processes), after the strategy checked that it can drive the components it was given.
+
+        Args:
+            accelerator: The hardware to run on. Required unless the strategy holds one.
+            precision: The numerics plugin; None (and none held) means full precision, ``Precision()``.
+            checkpoint_io: The storage plugin; None (and none held) means the core's ``torch`` IO,
+                created on first use.
+            cluster_environment: Where ranks and the rendezvous come from. Required for a
+                distributed strategy (:attr:`is_distributed`) unless it holds one.
+            parallel_devices: The ``torch.device`` of each process on this node, for example
+                ``accelerator.get_parallel_devices(accelerator.parse_devices(2))``; devices given to
+                the constructor are kept.
+            num_nodes: How many nodes take part (each runs ``len(parallel_devices)`` processes).
+
+        Raises:
+            MisconfigurationError: No accelerator, no cluster environment for a distributed
+                strategy, an invalid ``num_nodes``, or components the strategy cannot drive (from
+                :meth:`configure_launcher` or the precision); the message says which.
+        """
+        if isinstance(num_nodes, bool) or not isinstance(num_nodes, int) or num_nodes < 1:
+            raise MisconfigurationError(f"num_nodes={num_nodes!r} is not valid: give a positive int.")
+        if self.accelerator is None:
+            self.accelerator = accelerator
+        if self.accelerator is None:
+            raise MisconfigurationError(
+                f"{type(self).__name__}.attach() needs an accelerator: pass accelerator= "
+                "(for example CPUAccelerator())."
+            )
+        if self.cluster_environment is None:
+            self.cluster_environment = cluster_environment
+        if self.is_distributed and self.cluster_environment is None:
+            raise MisconfigurationError(
+                f"{type(self).__name__} runs several processes, so attach() needs cluster_environment= "
+                "(for example LocalEnvironment())."
+            )
+        if self.precision is None:
+            self.precision = precision if precision is not None else Precision()
+        if not self.has_checkpoint_io:
+            self._checkpoint_io = checkpoint_io
+        if self.parallel_devices is None:
+            self.parallel_devices = parallel_devices
+        self.num_nodes = num_nodes
+        self.precision.connect_accelerator(self.accelerator)
+        self.set_world_ranks()
+        self.configure_launcher()
+
+    def set_world_ranks(self) -> None:
+        """Tell the cluster environment the global rank and world size this strategy computes.
+
+        Called by :meth:`attach`, and by parallel strategies again in :meth:`setup_environment`
+        (a spawned worker learns its local rank only then). Default: nothing to tell (one process).
+        """
+
+    def configure_launcher(self) -> None:
+        """Check the attached components and set :attr:`launcher`; called by :meth:`attach`, last.
+
+        Override it to start processes (set a :class:`~torchplug.strategies.launcher.Launcher`)
+        and to refuse components the strategy cannot drive (raise ``MisconfigurationError``
+        naming the accelerator to use). Default: no launcher, nothing to check.
+        """
 
     # -- where we are -------------------------------------------------------------------------
 
@@ -200,27 +298,26 @@ class Strategy(ABC):
 
     def training_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's ``training_step`` under the precision's forward context."""
-        assert self.precision is not None and self.module is not None
-        with self.precision.forward_context():
-            return self.module.training_step(*args, **kwargs)  # type: ignore[operator]
+        return self._run_step("training_step", *args, **kwargs)
 
     def validation_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's ``validation_step`` under the precision's forward context."""
-        assert self.precision is not None and self.module is not None
-        with self.precision.forward_context():
-            return self.module.validation_step(*args, **kwargs)  # type: ignore[operator]
+        return self._run_step("validation_step", *args, **kwargs)
 
     def test_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's ``test_step`` under the precision's forward context."""
-        assert self.precision is not None and self.module is not None
-        with self.precision.forward_context():
-            return self.module.test_step(*args, **kwargs)  # type: ignore[operator]
+        return self._run_step("test_step", *args, **kwargs)
 
     def predict_step(self, *args: Any, **kwargs: Any) -> Any:
         """Run the module's ``predict_step`` under the precision's forward context."""
+        return self._run_step("predict_step", *args, **kwargs)
+
+    def _run_step(self, name: str, *args: Any, **kwargs: Any) -> Any:
         assert self.precision is not None and self.module is not None
+        # The user's method, looked up by name: torch types a module's attributes as Tensor | Module.
+        step: Callable[..., Any] = getattr(self.module, name)
         with self.precision.forward_context():
-            return self.module.predict_step(*args, **kwargs)  # type: ignore[operator]
+            return step(*args, **kwargs)
 
     def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
         """Compute gradients of ``loss`` through the precision plugin (which may scale it)."""
@@ -332,8 +429,9 @@ class Strategy(ABC):
     # -- Lightning compatibility ----------------------------------------------------------------
 
     @classmethod
-    def register_strategies(cls, registry: Registry) -> None:
+    def register_strategies(cls, registry: Registry[Strategy]) -> None:
         """Lightning-style self-registration: override to call ``registry.register(...)``."""
 
+    @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}()"

@@ -1,36 +1,61 @@
 """Turning ``Trainer(accelerator=, devices=, strategy=, precision=, plugins=, num_nodes=)`` into one Strategy.
 
 Rules: an instance beats a name, a name beats ``"auto"``, and a component carried by a Strategy
-instance beats the separate argument (giving both is an error). Names come from the registries.
+instance beats the separate argument (giving both is an error). Names come from the registries,
+and each is looked up once: the registry entry found is kept, and the instance is created from it.
 The core never tests what kind of device it has: every device-dependent choice is asked of the
-accelerator plugin. Each decision is recorded with its reason, for ``trainer.describe()``.
+accelerator plugin. The parts are assembled with :meth:`Strategy.attach`. Each decision is
+recorded with its reason, for ``trainer.describe()``.
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from torchplug._errors import MisconfigurationError, PluginUnavailableError
 from torchplug._host import PluginHost, plugin_host
-from torchplug._registry import INSTALL_HINTS, Registry, unavailable_reason
+from torchplug._registry import INSTALL_HINTS, Registry, RegistryEntry, why_unavailable
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
 
-__all__ = ["Decision", "Resolution", "resolve"]
+__all__ = [
+    "AcceleratorArg",
+    "Decision",
+    "DevicesArg",
+    "PluginArg",
+    "PluginsArg",
+    "PrecisionArg",
+    "Resolution",
+    "StrategyArg",
+    "resolve",
+]
 
-_PLUGIN_BASES: Final = {
+#: What ``Trainer(accelerator=)`` accepts: a registered name (``"auto"`` included) or an instance.
+AcceleratorArg: TypeAlias = str | Accelerator
+#: What ``Trainer(strategy=)`` accepts: a registered name (``"auto"`` included) or an instance.
+StrategyArg: TypeAlias = str | Strategy
+#: What ``Trainer(precision=)`` accepts: a registered name or alias (``"bf16-mixed"``, ``16``), an instance, or None.
+PrecisionArg: TypeAlias = str | int | Precision | None
+#: What ``Trainer(devices=)`` accepts: a count, ``"auto"``, a string such as ``"0,2"``, or device indices.
+DevicesArg: TypeAlias = int | str | Sequence[int]
+#: One item of ``Trainer(plugins=)``: a registered name, or a precision, checkpoint IO or cluster environment.
+PluginArg: TypeAlias = str | Precision | CheckpointIO | ClusterEnvironment
+#: What ``Trainer(plugins=)`` accepts: one :data:`PluginArg`, several (at most one of each kind), or None.
+PluginsArg: TypeAlias = PluginArg | Iterable[PluginArg] | None
+
+_PLUGIN_BASES: Final[dict[str, type]] = {
     "precision": Precision,
     "checkpoint_io": CheckpointIO,
     "cluster_environment": ClusterEnvironment,
 }
 
-_BASES: Final[dict[str, type]] = {"accelerator": Accelerator, "strategy": Strategy, **_PLUGIN_BASES}
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -65,8 +90,21 @@ def _interactive() -> bool:
     return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "ipykernel" in sys.modules
 
 
-def _label(obj: Any) -> str:
+def _label(obj: object) -> str:
     return type(obj).__name__
+
+
+def _create(entry: RegistryEntry[_T]) -> _T:
+    """A new instance from a resolved entry, refused when its class says it cannot run here."""
+    entry.ensure_available()
+    return entry.create()
+
+
+@runtime_checkable
+class _WrappingIO(Protocol):
+    """A checkpoint IO that delegates to another one (``async``); None inside means "the default one"."""
+
+    checkpoint_io: CheckpointIO | None
 
 
 class _Resolver:
@@ -79,12 +117,10 @@ class _Resolver:
     def note(self, what: str, value: str, why: str) -> None:
         self.trace.append(Decision(what, value, why))
 
-    def registry(self, kind: str) -> Registry:
-        return self.host.registry(kind)
-
     # -- plugins=[...] --------------------------------------------------------------------------
 
-    def split_plugins(self, plugins: Any) -> dict[str, Any]:
+    def split_plugins(self, plugins: PluginsArg) -> dict[str, Any]:
+        """``plugins=`` sorted by kind: an instance, or a name (looked up when it is created)."""
         if plugins is None:
             return {}
         items = [plugins] if isinstance(plugins, (str, type)) or not isinstance(plugins, Iterable) else list(plugins)
@@ -99,21 +135,22 @@ class _Resolver:
             found[kind] = value
         return found
 
-    def _plugin_kind(self, item: Any) -> tuple[str, Any]:
+    def _plugin_kind(self, item: object) -> tuple[str, object]:
         if isinstance(item, type):
             item = item()
         for kind, base in _PLUGIN_BASES.items():
             if isinstance(item, base):
                 return kind, item
         if isinstance(item, str):
-            kinds = [k for k in _PLUGIN_BASES if item.split("@")[0].lower() in self.registry(k)]
+            key = item.split("@")[0].lower()
+            kinds = [k for k in _PLUGIN_BASES if key in self.host.registry(k)]
             if len(kinds) == 1:
                 return kinds[0], item
             if len(kinds) > 1:
                 raise MisconfigurationError(
                     f"plugins=[{item!r}] is a name of several kinds ({', '.join(kinds)}); pass an instance instead."
                 )
-            names = sorted({n for k in _PLUGIN_BASES for n in self.registry(k).names()})
+            names = sorted({n for k in _PLUGIN_BASES for n in self.host.registry(k).names()})
             raise MisconfigurationError(
                 f"plugins=[{item!r}] is not a registered precision, checkpoint IO or cluster environment. "
                 f"Installed: {', '.join(names)}. Hint: core plugins list"
@@ -123,23 +160,24 @@ class _Resolver:
             "ClusterEnvironment instance, or one of their registered names."
         )
 
-    def create(self, kind: str, value: Any) -> Any:
-        """An instance from an instance, a class, or a registry name."""
-        if isinstance(value, type) and issubclass(value, _BASES[kind]):
+    def instance(self, registry: Registry[_T], value: object) -> _T:
+        """An instance from an instance, a class, or a registry name (looked up once)."""
+        base = registry.base_class
+        if isinstance(value, type) and issubclass(value, base):
             return value()
-        if isinstance(value, _BASES[kind]):
+        if isinstance(value, base):
             return value
         if isinstance(value, str):
-            return self.registry(kind).get(value)
+            return _create(registry.resolve(value))
         raise MisconfigurationError(
-            f"{kind}={value!r} has type {type(value).__name__}; give a registered name or a "
-            f"{_BASES[kind].__name__} instance. Installed: {', '.join(self.registry(kind).names())}."
+            f"{registry.kind}={value!r} has type {type(value).__name__}; give a registered name or a "
+            f"{base.__name__} instance. Installed: {', '.join(registry.names())}."
         )
 
     # -- accelerator ----------------------------------------------------------------------------
 
-    def accelerator(self, value: Any, strategy: Any) -> Accelerator:
-        own = getattr(strategy, "accelerator", None) if isinstance(strategy, Strategy) else None
+    def accelerator(self, value: object, strategy: object) -> Accelerator:
+        own = strategy.accelerator if isinstance(strategy, Strategy) else None
         if own is not None:
             if value not in ("auto", None):
                 raise MisconfigurationError(
@@ -147,25 +185,24 @@ class _Resolver:
                     f"accelerator={value!r}. Choose one."
                 )
             self.note("accelerator", _label(own), "given by the strategy instance")
-            return own  # type: ignore[no-any-return]
+            return own
         if value in ("auto", None):
             return self.auto_accelerator()
-        accelerator = self.create("accelerator", value)
         if isinstance(value, str):
-            entry = self.registry("accelerator").resolve(value)
+            entry = self.host.registry("accelerator").resolve(value)
+            accelerator = _create(entry)
             self.note("accelerator", entry.name, f"accelerator={value!r}, from {entry.provider}")
-        else:
-            reason = unavailable_reason(type(accelerator))
-            if reason is not None:
-                raise PluginUnavailableError(
-                    f"accelerator={_label(accelerator)}() cannot run on this machine: {reason}"
-                )
-            self.note("accelerator", _label(accelerator), "given as an instance")
-        return accelerator  # type: ignore[no-any-return]
+            return accelerator
+        accelerator = self.instance(self.host.registry("accelerator"), value)
+        reason = why_unavailable(type(accelerator))
+        if reason is not None:
+            raise PluginUnavailableError(f"accelerator={_label(accelerator)}() cannot run on this machine: {reason}")
+        self.note("accelerator", _label(accelerator), "given as an instance")
+        return accelerator
 
     def auto_accelerator(self) -> Accelerator:
-        registry = self.registry("accelerator")
-        candidates: list[tuple[int, str, type]] = []
+        registry = self.host.registry("accelerator")
+        candidates: list[tuple[int, str, RegistryEntry[Accelerator]]] = []
         skipped: list[str] = []
         for name in registry.names():
             winner = registry.resolution(name).winner
@@ -173,30 +210,30 @@ class _Resolver:
                 skipped.append(f"{name}: not usable")
                 continue
             try:
-                reason = winner.unavailable_reason()  # the cheap probe first: no import when it says no
+                reason = winner.run_probe()  # the cheap probe first: no import when it says no
                 cls = winner.load() if reason is None else None
-                reason = reason or (unavailable_reason(cls, winner) if cls is not None else None)
+                reason = reason or (why_unavailable(cls, winner) if cls is not None else None)
             except Exception as exc:  # one broken accelerator never stops "auto"
                 skipped.append(f"{name}: {type(exc).__name__}")
                 continue
             if reason is not None or cls is None:
                 skipped.append(f"{name}: unavailable")
                 continue
-            candidates.append((int(getattr(cls, "auto_priority", 0)), name, cls))
+            candidates.append((int(cls.auto_priority), name, winner))
         if not candidates:
             raise MisconfigurationError(f"accelerator='auto' found no usable accelerator ({'; '.join(skipped)}).")
         candidates.sort(key=lambda c: (-c[0], c[1]))
-        priority, name, cls = candidates[0]
+        priority, name, entry = candidates[0]
         others = ", ".join(f"{n} ({p})" for p, n, _ in candidates[1:])
         why = f"accelerator='auto': highest priority available ({priority})"
         why += f"; also available: {others}" if others else ""
         why += f"; skipped: {'; '.join(skipped)}" if skipped else ""
         self.note("accelerator", name, why)
-        return registry.get(name)  # type: ignore[no-any-return]
+        return entry.create()  # its availability was checked above
 
     # -- devices --------------------------------------------------------------------------------
 
-    def devices(self, accelerator: Accelerator, devices: Any, environment: ClusterEnvironment) -> list[Any]:
+    def devices(self, accelerator: Accelerator, devices: object, environment: ClusterEnvironment) -> list[Any]:
         if devices in (0, "0", [], None, ""):
             raise MisconfigurationError(
                 f"devices={devices!r} selects no device. Give a positive number (devices=1), a list of ids, or 'auto'."
@@ -204,7 +241,7 @@ class _Resolver:
         if devices == "auto":
             scheduled = environment.processes_per_node() if environment.creates_processes_externally else None
             if scheduled:
-                value: Any = scheduled
+                value: object = scheduled
                 why = f"devices='auto': {_label(environment)} started {scheduled} process(es) on this node"
             else:
                 value = accelerator.auto_device_count()
@@ -223,8 +260,8 @@ class _Resolver:
 
     # -- cluster environment --------------------------------------------------------------------
 
-    def environment(self, plugin: Any, strategy: Any) -> ClusterEnvironment:
-        own = getattr(strategy, "cluster_environment", None) if isinstance(strategy, Strategy) else None
+    def environment(self, plugin: object, strategy: object) -> ClusterEnvironment:
+        own = strategy.cluster_environment if isinstance(strategy, Strategy) else None
         if own is not None and plugin is not None:
             raise MisconfigurationError(
                 f"The cluster environment is set twice: by strategy={_label(strategy)}(cluster_environment="
@@ -232,25 +269,27 @@ class _Resolver:
             )
         if own is not None:
             self.note("cluster_environment", _label(own), "given by the strategy instance")
-            return own  # type: ignore[no-any-return]
+            return own
+        registry = self.host.registry("cluster_environment")
         if plugin is not None:
-            environment = self.create("cluster_environment", plugin)
+            environment = self.instance(registry, plugin)
             self.note(
                 "cluster_environment", plugin if isinstance(plugin, str) else _label(environment), "given in plugins="
             )
-            return environment  # type: ignore[no-any-return]
+            return environment
         from torchplug.environments.detection import select_cluster_environment
 
-        selection = select_cluster_environment(self.registry("cluster_environment"))
+        selection = select_cluster_environment(registry)
         self.note("cluster_environment", selection.name, "; ".join(selection.trace))
         return selection.environment
 
     # -- strategy -------------------------------------------------------------------------------
 
-    def strategy(self, value: Any, accelerator: Accelerator, num_devices: int, num_nodes: int) -> Strategy:
+    def strategy(self, value: object, accelerator: Accelerator, num_devices: int, num_nodes: int) -> Strategy:
         if isinstance(value, Strategy):
             self.note("strategy", _label(value), "given as an instance")
             return value
+        registry = self.host.registry("strategy")
         if value in ("auto", None):
             interactive = _interactive()
             name = accelerator.default_strategy(num_devices, num_nodes, interactive)
@@ -258,17 +297,19 @@ class _Resolver:
                 f"strategy='auto': {_label(accelerator)}.default_strategy(devices={num_devices}, "
                 f"num_nodes={num_nodes}{', interactive' if interactive else ''})"
             )
-        elif isinstance(value, type):
-            return self.create("strategy", value)  # type: ignore[no-any-return]
-        else:
+        elif isinstance(value, str):
             name, why = value, f"strategy={value!r}"
-        entry = self.registry("strategy").resolve(name)
+        else:
+            strategy = self.instance(registry, value)  # a Strategy class, or an error naming the type
+            self.note("strategy", _label(strategy), "given as a class")
+            return strategy
+        entry = registry.resolve(name)
         self.note("strategy", entry.name, f"{why}, from {entry.provider}")
-        return self.registry("strategy").get(name)  # type: ignore[no-any-return]
+        return _create(entry)
 
     # -- precision ------------------------------------------------------------------------------
 
-    def precision(self, value: Any, plugin: Any, strategy: Strategy, accelerator: Accelerator) -> Precision:
+    def precision(self, value: object, plugin: object, strategy: Strategy, accelerator: Accelerator) -> Precision:
         given = [g for g in (value, plugin, strategy.precision) if g is not None]
         if len(given) > 1:
             raise MisconfigurationError(
@@ -279,34 +320,39 @@ class _Resolver:
         if isinstance(chosen, Precision):
             self.note("precision", _label(chosen), "given as an instance")
             return chosen
+        registry = self.host.registry("precision")
         if isinstance(chosen, type):
-            return self.create("precision", chosen)  # type: ignore[no-any-return]
+            precision = self.instance(registry, chosen)
+            self.note("precision", _label(precision), "given as a class")
+            return precision
         name = str(chosen).lower()
-        registry = self.registry("precision")
-        requested = registry.resolve(name).name if name in registry else name
+        entry = registry.resolve(name) if name in registry else None
+        requested = entry.name if entry is not None else name
         mapped = strategy.precision_for(accelerator.precision_for(requested))
         if not accelerator.supports_precision(mapped):
             supported = sorted(accelerator.supported_precisions or ())
             raise MisconfigurationError(
                 f"precision={chosen!r} is not supported by {_label(accelerator)}. Supported: {', '.join(supported)}."
             )
-        entry = registry.resolve(mapped)
+        if entry is None or mapped != requested:
+            entry = registry.resolve(mapped)
         why = "default" if not given else f"precision={chosen!r}"
         if mapped != requested:
             why += f", mapped to {mapped!r} by the accelerator/strategy"
         self.note("precision", entry.name, f"{why}, from {entry.provider}")
-        return registry.get(mapped)  # type: ignore[no-any-return]
+        return _create(entry)
 
     # -- checkpoint IO --------------------------------------------------------------------------
 
-    def checkpoint_io(self, plugin: Any, strategy: Strategy, accelerator: Accelerator) -> CheckpointIO:
+    def checkpoint_io(self, plugin: object, strategy: Strategy, accelerator: Accelerator) -> CheckpointIO:
         if strategy.has_checkpoint_io and plugin is not None:
             raise MisconfigurationError(
                 f"The checkpoint IO is set twice: by strategy={_label(strategy)}(checkpoint_io="
                 f"{_label(strategy.checkpoint_io)}) and by plugins=[{plugin!r}]. Choose one."
             )
+        registry = self.host.registry("checkpoint_io")
         default_name = accelerator.default_checkpoint_io or "torch"
-        if default_name not in self.registry("checkpoint_io"):
+        if default_name not in registry:
             hint = INSTALL_HINTS["checkpoint_io"].get(default_name)
             self.note(
                 "checkpoint_io (default)",
@@ -315,32 +361,36 @@ class _Resolver:
                 + (f"; Hint: pip install {hint}" if hint else ""),
             )
             default_name = "torch"
+        default: RegistryEntry[CheckpointIO] | None = None  # looked up only when needed, then kept
         if strategy.has_checkpoint_io:
             io = strategy.checkpoint_io
             self.note("checkpoint_io", _label(io), "given by the strategy instance")
         elif plugin is not None:
-            io = self.create("checkpoint_io", plugin)
+            io = self.instance(registry, plugin)
             self.note("checkpoint_io", plugin if isinstance(plugin, str) else _label(io), "given in plugins=")
         else:
-            io = self.registry("checkpoint_io").get(default_name)
+            default = registry.resolve(default_name)
+            io = _create(default)
             self.note("checkpoint_io", default_name, f"default of {_label(accelerator)}")
-        wrapped = getattr(io, "checkpoint_io", False)
-        if wrapped is None:  # a wrapping IO (async) with nothing inside: wrap the accelerator's default
-            io.checkpoint_io = self.registry("checkpoint_io").get(default_name)  # type: ignore[attr-defined]
+        if isinstance(io, _WrappingIO) and io.checkpoint_io is None:  # a wrapper with nothing inside
+            io.checkpoint_io = _create(default or registry.resolve(default_name))
             self.note("checkpoint_io (wrapped)", default_name, f"default of {_label(accelerator)}")
-        return io  # type: ignore[no-any-return]
+        return io
 
 
 def resolve(
-    accelerator: Any = "auto",
-    devices: Any = "auto",
-    strategy: Any = "auto",
-    precision: Any = None,
-    plugins: Any = None,
+    accelerator: AcceleratorArg | None = "auto",
+    devices: DevicesArg | None = "auto",
+    strategy: StrategyArg | None = "auto",
+    precision: PrecisionArg = None,
+    plugins: PluginsArg = None,
     num_nodes: int = 1,
     host: PluginHost | None = None,
 ) -> Resolution:
-    """Resolve the Trainer's hardware arguments into one wired Strategy (see the module docstring).
+    """Resolve the Trainer's hardware arguments into one Strategy, assembled with :meth:`Strategy.attach`.
+
+    See the module docstring for the rules. Classes are accepted wherever an instance is, and are
+    instantiated without arguments.
 
     Raises:
         MisconfigurationError: Arguments that conflict or make no sense; the message names them.
@@ -350,35 +400,36 @@ def resolve(
         raise MisconfigurationError(f"num_nodes={num_nodes!r} is not valid: give a positive int.")
     resolver = _Resolver(host or plugin_host())
     extra = resolver.split_plugins(plugins)
-    if isinstance(strategy, type):
-        strategy = resolver.create("strategy", strategy)
-    accel = resolver.accelerator(accelerator, strategy)
-    environment = resolver.environment(extra.get("cluster_environment"), strategy)
+    given_strategy: object = strategy
+    if isinstance(given_strategy, type):
+        given_strategy = resolver.instance(resolver.host.registry("strategy"), given_strategy)
+    accel = resolver.accelerator(accelerator, given_strategy)
+    environment = resolver.environment(extra.get("cluster_environment"), given_strategy)
     parallel = resolver.devices(accel, devices, environment)
     num_devices = len(parallel)
-    strat = resolver.strategy(strategy, accel, num_devices, num_nodes)
-    strat.accelerator = strat.accelerator or accel
-    strat.precision = resolver.precision(precision, extra.get("precision"), strat, accel)
-    strat.checkpoint_io = resolver.checkpoint_io(extra.get("checkpoint_io"), strat, accel)
-    strat.cluster_environment = strat.cluster_environment or environment
-    if strat.parallel_devices is None:
-        strat.parallel_devices = parallel
-    strat.num_nodes = num_nodes
-    _check_strategy(strat, num_devices, num_nodes)
-    strat._configure_launcher()
+    strat = resolver.strategy(given_strategy, accel, num_devices, num_nodes)
+    chosen_precision = resolver.precision(precision, extra.get("precision"), strat, accel)
+    io = resolver.checkpoint_io(extra.get("checkpoint_io"), strat, accel)
+    _check_strategy(strat, strat.accelerator or accel, num_devices, num_nodes)
+    strat.attach(
+        accelerator=accel,
+        precision=chosen_precision,
+        checkpoint_io=io,
+        cluster_environment=environment,
+        parallel_devices=parallel,
+        num_nodes=num_nodes,
+    )
     if strat.launcher is not None and _interactive() and not strat.launcher.is_interactive_compatible:
         raise MisconfigurationError(
             f"strategy={_label(strat)} re-launches the script, which is impossible in a notebook or REPL. "
             "Hint: use strategy='ddp_fork' (or 'ddp_notebook')."
         )
-    strat.precision.connect_accelerator(strat.accelerator)
     return Resolution(strat, num_devices, num_nodes, resolver.trace)
 
 
-def _check_strategy(strategy: Strategy, num_devices: int, num_nodes: int) -> None:
+def _check_strategy(strategy: Strategy, accelerator: Accelerator, num_devices: int, num_nodes: int) -> None:
     if not strategy.is_distributed and num_devices * num_nodes > 1:
-        parallel = strategy.accelerator.parallel_strategy if strategy.accelerator is not None else "ddp"
         raise MisconfigurationError(
             f"strategy={_label(strategy)} runs one process, but devices={num_devices} and num_nodes={num_nodes} ask "
-            f"for more. Hint: use strategy={parallel!r} (or 'auto'), or devices=1."
+            f"for more. Hint: use strategy={accelerator.parallel_strategy!r} (or 'auto'), or devices=1."
         )

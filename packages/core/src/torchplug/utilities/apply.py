@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
@@ -21,7 +21,8 @@ def apply_to_tensors(data: Any, function: Callable[[torch.Tensor], Any]) -> Any:
             return type(data)(*items)
         return type(data)(items)
     if isinstance(data, Mapping):
-        return type(data)({key: apply_to_tensors(value, function) for key, value in data.items()})  # type: ignore[call-arg]
+        rebuild = cast(Callable[[dict[Any, Any]], Any], type(data))  # dict, OrderedDict...: built from a dict
+        return rebuild({key: apply_to_tensors(value, function) for key, value in data.items()})
     if dataclasses.is_dataclass(data) and not isinstance(data, type):
         fields = [f.name for f in dataclasses.fields(data) if f.init]
         changes = {name: apply_to_tensors(getattr(data, name), function) for name in fields}

@@ -50,7 +50,9 @@ def capture_rng_states() -> dict[str, Any]:
     try:
         import numpy as np
 
-        kind, keys, pos, has_gauss, cached = np.random.get_state(legacy=True)  # type: ignore[misc]
+        state = np.random.get_state(legacy=True)
+        assert isinstance(state, tuple), "the global RandomState is an MT19937, whose legacy state is a tuple"
+        kind, keys, pos, has_gauss, cached = state
         words = np.asarray(keys, dtype="int64")  # uint32 as int64: a torch-native, weights_only-safe tensor
         states["numpy"] = [kind, torch.from_numpy(words), int(pos), int(has_gauss), float(cached)]
     except ImportError:

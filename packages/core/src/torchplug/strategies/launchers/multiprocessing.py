@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 import torch.multiprocessing as mp
 from torch.multiprocessing.spawn import start_processes
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.strategies.launcher import Launcher
@@ -54,10 +55,12 @@ class MultiProcessingLauncher(Launcher):
         self.start_method = start_method
 
     @property
+    @override
     def is_interactive_compatible(self) -> bool:
         """Only ``fork`` works in a notebook (spawned workers cannot import the notebook's code)."""
         return self.start_method == "fork"
 
+    @override
     def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         """Start the workers, run ``function`` in each, and return the first worker's result here.
 

@@ -16,7 +16,9 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, ClassVar, Final
+from typing import Any, Final
+
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.environments.cluster_environment import ClusterEnvironment
@@ -214,13 +216,18 @@ class SubprocessScriptLauncher(Launcher):
         num_nodes: Number of nodes (run the same command on every node with ``NODE_RANK`` set).
     """
 
-    is_interactive_compatible: ClassVar[bool] = False  # type: ignore[misc]
+    @property
+    @override
+    def is_interactive_compatible(self) -> bool:
+        """False: it re-runs the script, and a notebook or REPL has none to re-run."""
+        return False
 
     def __init__(self, cluster_environment: ClusterEnvironment, num_processes: int, num_nodes: int) -> None:
         self.cluster_environment = cluster_environment
         self.num_processes = num_processes
         self.num_nodes = num_nodes
 
+    @override
     def launch(self, function: Callable[..., Any], *args: Any, trainer: Any = None, **kwargs: Any) -> Any:
         """Start the other ranks (once per process), then run ``function`` here as rank 0."""
         env = self.cluster_environment
@@ -261,6 +268,7 @@ class SubprocessScriptLauncher(Launcher):
         _WATCHING_PARENT = True
         threading.Thread(target=_watch_parent, args=(int(parent),), name="torchplug-parent-watch", daemon=True).start()
 
+    @override
     def kill(self, signum: int) -> None:
         """Send ``signum`` to every child."""
         _CHILDREN.terminate(signum)
