@@ -6,13 +6,14 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from torchplug._errors import MisconfigurationError
+from torchplug.loggers.logger import Logger
 from torchplug.trainer.metrics import MetricStore
 
 if TYPE_CHECKING:
-    from torchplug.loggers.logger import Logger
     from torchplug.trainer.trainer import Trainer
 
-__all__ = ["LoggerConnector"]
+__all__ = ["LoggerConnector", "build_loggers"]
 
 
 class LoggerConnector:
@@ -119,3 +120,22 @@ class LoggerConnector:
     def logged_metrics(self) -> dict[str, Any]:
         """The last values sent to the loggers: one dict, kept up to date (a launcher may update it too)."""
         return self._logged
+
+
+def build_loggers(logger: Any, root_dir: str) -> list[Logger]:
+    """The loggers of ``Trainer(logger=...)``: True or None gives a CSVLogger under ``root_dir``; False none.
+
+    Raises:
+        MisconfigurationError: An item that is not a Logger.
+    """
+    if logger is None or logger is True:
+        from torchplug.loggers.csv_logs import CSVLogger
+
+        return [CSVLogger(root_dir)]
+    if logger is False:
+        return []
+    loggers = [logger] if isinstance(logger, Logger) else list(logger)
+    for item in loggers:
+        if not isinstance(item, Logger):
+            raise MisconfigurationError(f"logger= holds {item!r}, which is not a torchplug Logger.")
+    return loggers

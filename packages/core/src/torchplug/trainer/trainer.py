@@ -21,12 +21,20 @@ from torchplug.loggers.logger import Logger
 from torchplug.trainer import arguments as check
 from torchplug.trainer.callback_connector import attach_model_callbacks, build_callbacks
 from torchplug.trainer.checkpoint_connector import CheckpointConnector
-from torchplug.trainer.connector import resolve
+from torchplug.trainer.configuration import apply_deterministic, verify_loop_configuration
+from torchplug.trainer.connector import (
+    AcceleratorArg,
+    DevicesArg,
+    PluginsArg,
+    PrecisionArg,
+    StrategyArg,
+    resolve,
+)
 from torchplug.trainer.data import DataConnector
 from torchplug.trainer.evaluation_loop import EvaluationLoop, PredictionLoop
 from torchplug.trainer.fit_loop import FitLoop
 from torchplug.trainer.hooks import HookRunner, is_overridden
-from torchplug.trainer.logger_connector import LoggerConnector
+from torchplug.trainer.logger_connector import LoggerConnector, build_loggers
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
@@ -38,8 +46,6 @@ if TYPE_CHECKING:
     import torch
 
     from torchplug._host import PluginHost
-    from torchplug.accelerators.accelerator import Accelerator
-    from torchplug.precision.precision import Precision
     from torchplug.strategies.strategy import Strategy
     from torchplug.trainer.optimizers import LRSchedulerConfig
 
@@ -92,12 +98,12 @@ class Trainer(TrainerProperties):
     def __init__(
         self,
         *,
-        accelerator: str | Accelerator = "auto",
-        strategy: str | Strategy = "auto",
-        devices: int | str | list[int] = "auto",
+        accelerator: AcceleratorArg = "auto",
+        strategy: StrategyArg = "auto",
+        devices: DevicesArg = "auto",
         num_nodes: int = 1,
-        precision: str | int | Precision | None = None,
-        plugins: Any = None,
+        precision: PrecisionArg = None,
+        plugins: PluginsArg = None,
         logger: bool | Logger | Iterable[Logger] | None = None,
         callbacks: Callback | Iterable[Callback] | None = None,
         fast_dev_run: bool | int = False,
@@ -157,7 +163,7 @@ class Trainer(TrainerProperties):
         self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
         self.strategy: Strategy = self._resolution.strategy
         self.callbacks: list[Callback] = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
-        self.loggers: list[Logger] = [] if dev else _build_loggers(logger, self.default_root_dir)
+        self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir)
         self.state = TrainerState()
         self.should_stop = False
         self.module: Module = None  # type: ignore[assignment]  # set by fit/validate/test/predict
@@ -271,7 +277,7 @@ class Trainer(TrainerProperties):
             raise MisconfigurationError(f"trainer.{fn.value}() needs a torchplug.Module, got {type(model).__name__}.")
         if datamodule is not None and not isinstance(datamodule, DataModule):
             raise MisconfigurationError(f"datamodule= must be a torchplug.DataModule, got {type(datamodule).__name__}.")
-        _check_steps_defined(model, fn)
+        verify_loop_configuration(model, fn)
         self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
         self.module, self.datamodule = model, datamodule
         model._trainer = self
@@ -307,7 +313,7 @@ class Trainer(TrainerProperties):
         strategy.setup_environment()
         rank_zero_only.rank = strategy.global_rank
         if self.deterministic is not None:
-            _set_deterministic(self.deterministic, self.accelerator)
+            apply_deterministic(self.deterministic, self.accelerator)
         self.module._results = self._logging.reset_results()
         self._hooks.reset()
         self._data.prepare_data()
@@ -371,45 +377,3 @@ class Trainer(TrainerProperties):
             return results
         finally:
             self._teardown(fn.value)
-
-
-_REQUIRED_STEP = {
-    TrainerFn.FITTING: "training_step",
-    TrainerFn.VALIDATING: "validation_step",
-    TrainerFn.TESTING: "test_step",
-}
-
-
-def _check_steps_defined(model: Module, fn: TrainerFn) -> None:
-    """Refuse a run whose step the module does not define (the base class's would silently do nothing)."""
-    step = _REQUIRED_STEP.get(fn)
-    if step is not None and not is_overridden(model, step, Module):
-        raise MisconfigurationError(
-            f"trainer.{fn.value}() needs {type(model).__name__}.{step}(batch, batch_idx), which is not defined."
-        )
-    if fn is TrainerFn.FITTING and not is_overridden(model, "configure_optimizers", Module):
-        raise MisconfigurationError(
-            f"trainer.fit() needs {type(model).__name__}.configure_optimizers(), which is not defined."
-        )
-
-
-def _set_deterministic(deterministic: bool | str, accelerator: Any) -> None:
-    import torch
-
-    torch.use_deterministic_algorithms(bool(deterministic), warn_only=deterministic == "warn")
-    if deterministic:
-        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")  # read by cuBLAS only if present
-
-
-def _build_loggers(logger: Any, root_dir: str) -> list[Logger]:
-    if logger is None or logger is True:
-        from torchplug.loggers.csv_logs import CSVLogger
-
-        return [CSVLogger(root_dir)]
-    if logger is False:
-        return []
-    loggers = [logger] if isinstance(logger, Logger) else list(logger)
-    for item in loggers:
-        if not isinstance(item, Logger):
-            raise MisconfigurationError(f"logger= holds {item!r}, which is not a torchplug Logger.")
-    return loggers
