@@ -81,8 +81,8 @@ def import_deepspeed(module: str = "deepspeed") -> ModuleType:
             :data:`MINIMUM_VERSION`, or fails to import (for example a build for another torch).
     """
     try:
-        imported = importlib.import_module(module)
         root = importlib.import_module("deepspeed")
+        imported = importlib.import_module(module)
     except ImportError as exc:
         if isinstance(exc, ModuleNotFoundError) and exc.name == "deepspeed":
             raise DeepSpeedUnavailableError(NOT_INSTALLED) from exc
