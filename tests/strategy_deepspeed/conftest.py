@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -19,7 +18,7 @@ BUILD_TIMEOUT = 900.0
 
 
 def train(out: Path, *args: str, timeout: float = 300.0) -> Run:
-    """``python scripts/train.py --out OUT ARGS`` (it re-runs itself for rank 1); its output goes to ``OUT/output.log``."""
+    """``python scripts/train.py --out OUT ARGS`` (it re-runs itself for rank 1); output in ``OUT/output.log``."""
     out.mkdir(parents=True, exist_ok=True)
     return run([sys.executable, str(SCRIPT), "--out", str(out), *args], out / "output.log", timeout)
 
@@ -44,9 +43,8 @@ def deepspeed_ops() -> None:
 
 
 @pytest.fixture
-def no_deepspeed(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+def no_deepspeed(monkeypatch: pytest.MonkeyPatch) -> None:
     """deepspeed cannot be imported: ``import deepspeed`` raises ModuleNotFoundError, as when it is not installed."""
     for name in [m for m in sys.modules if m == "deepspeed" or m.startswith("deepspeed.")]:
         monkeypatch.delitem(sys.modules, name)
     monkeypatch.setitem(sys.modules, "deepspeed", None)  # type: ignore[arg-type]
-    yield

@@ -1,4 +1,4 @@
-"""The DeepSpeed config: from arguments, a dict or a JSON file, with the Trainer's settings written in (no processes)."""
+"""The DeepSpeed config: from arguments, a dict or a JSON file, with the Trainer's settings (no processes)."""
 
 from __future__ import annotations
 

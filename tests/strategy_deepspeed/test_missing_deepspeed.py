@@ -32,7 +32,9 @@ class _NoDeepSpeed:
 sys.meta_path.insert(0, _NoDeepSpeed())
 """
 
-NOT_INSTALLED = "deepspeed is not installed. Hint: pip install deepspeed (or pip install 'strategy-deepspeed[deepspeed]')"
+NOT_INSTALLED = (
+    "deepspeed is not installed. Hint: pip install deepspeed (or pip install 'strategy-deepspeed[deepspeed]')"
+)
 
 
 @pytest.mark.usefixtures("no_deepspeed")
@@ -70,7 +72,9 @@ def _fake_checkpoint(tmp_path: Path) -> Path:
 
     (tmp_path / "checkpoint").mkdir()
     (tmp_path / "latest").write_text("checkpoint")
-    torch.save({"ds_config": {"zero_optimization": {"stage": 2}}}, tmp_path / "checkpoint" / "mp_rank_00_model_states.pt")
+    torch.save(
+        {"ds_config": {"zero_optimization": {"stage": 2}}}, tmp_path / "checkpoint" / "mp_rank_00_model_states.pt"
+    )
     return tmp_path
 
 

@@ -18,7 +18,6 @@ import pytest
 import torch
 
 from tests.core.strategies.runner import assert_close_states, rank_records, reference_state
-from tests.core.strategies.scripts.common import Regressor
 from tests.strategy_deepspeed.conftest import train
 
 pytestmark = [pytest.mark.slow, pytest.mark.usefixtures("deepspeed_ops")]
@@ -38,7 +37,10 @@ STAGES: dict[str, Any] = {
     "stage_1-json-config": (1, json_config),
     "stage_2-dict-config": (
         2,
-        lambda _: ("--config-dict", json.dumps({"zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": True})),
+        lambda _: (
+            "--config-dict",
+            json.dumps({"zero_optimization": {"stage": 2}, "zero_allow_untested_optimizer": True}),
+        ),
     ),
     "stage_2-arguments": (2, lambda _: ("--strategy-args", json.dumps({"stage": 2, "reduce_bucket_size": 1000}))),
     "stage_3-name": (3, lambda _: ("--strategy", "deepspeed_stage_3")),
@@ -99,7 +101,9 @@ def test_bf16_mixed_is_deepspeeds_bf16_mode(tmp_path: Path) -> None:
 
 
 def test_checkpoint_directories_rotate_like_files(tmp_path: Path) -> None:
-    result = train(tmp_path, "--strategy", "deepspeed_stage_2", "--checkpoint-dir", str(tmp_path / "ckpts"), "--keep", "2")
+    result = train(
+        tmp_path, "--strategy", "deepspeed_stage_2", "--checkpoint-dir", str(tmp_path / "ckpts"), "--keep", "2"
+    )
     assert result.returncode == 0, result.tail()
     kept = sorted(p.name for p in (tmp_path / "ckpts").iterdir())
     assert kept == [f"epoch=1-step={STEPS - 1}.ckpt", f"epoch=1-step={STEPS}.ckpt"]

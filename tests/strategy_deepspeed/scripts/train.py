@@ -21,7 +21,7 @@ import torchplug
 from torchplug.callbacks.callback import Callback
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
-from tests.core.strategies.scripts import common  # noqa: E402
+from tests.core.strategies.scripts import common
 
 
 class Regressor(common.Regressor):

@@ -1,4 +1,4 @@
-"""strategy-deepspeed's plugin module: registers the DeepSpeed plugins by dotted path; imports neither torch nor deepspeed.
+"""strategy-deepspeed's plugin module: the DeepSpeed plugins by dotted path; imports neither torch nor deepspeed.
 
 The strategy names are Lightning's. Every entry carries the same cheap probe, so ``core plugins
 list`` shows each as unavailable, with the reason, where deepspeed is not installed.

@@ -16,7 +16,16 @@ __all__ = ["consolidate", "consolidated_checkpoint"]
 
 #: Entries of a torchplug checkpoint that describe training in progress: they cannot outlive the shards.
 _TRAINING_STATE: Final = frozenset(
-    {"loops", "optimizer_states", "lr_schedulers", "precision", "rng", "callbacks", "datamodule", "accumulated_gradients"}
+    {
+        "loops",
+        "optimizer_states",
+        "lr_schedulers",
+        "precision",
+        "rng",
+        "callbacks",
+        "datamodule",
+        "accumulated_gradients",
+    }
 )
 
 #: What DeepSpeed itself writes into its model-states file beside the client state.

@@ -120,7 +120,8 @@ def build_config(given: dict[str, Any] | None, arguments: Mapping[str, Any]) -> 
         for key, instead in _TRAINER_OWNED.items():
             if key in given:
                 raise MisconfigurationError(
-                    f"The DeepSpeed config sets {key!r}; with torchplug it comes from {instead}. Remove it from the config."
+                    f"The DeepSpeed config sets {key!r}; with torchplug it comes from {instead}. "
+                    "Remove it from the config."
                 )
         return given
     return _from_arguments(options)
@@ -134,9 +135,7 @@ def _from_arguments(o: dict[str, Any]) -> dict[str, Any]:
             "contiguous_memory_optimization": o["contiguous_memory_optimization"],
             "synchronize_checkpoint_boundary": o["synchronize_checkpoint_boundary"],
         },
-        "aio": {
-            k: o[k] for k in ("block_size", "queue_depth", "single_submit", "overlap_events", "thread_count")
-        },
+        "aio": {k: o[k] for k in ("block_size", "queue_depth", "single_submit", "overlap_events", "thread_count")},
         "fp16_options": {
             k: o[k] for k in ("loss_scale", "initial_scale_power", "loss_scale_window", "hysteresis", "min_loss_scale")
         },

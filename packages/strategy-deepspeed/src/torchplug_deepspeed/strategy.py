@@ -339,9 +339,9 @@ class DeepSpeedStrategy(DDPStrategy):
                     self.module.load_state_dict(state_dict, strict=strict)
         else:
             self.module.load_state_dict(state_dict, strict=strict)
-        optimizer = getattr(engine, "optimizer", None)
-        if callable(getattr(optimizer, "refresh_fp32_params", None)):
-            optimizer.refresh_fp32_params()  # the float32 master weights follow the loaded ones
+        refresh = getattr(getattr(engine, "optimizer", None), "refresh_fp32_params", None)
+        if callable(refresh):
+            refresh()  # the float32 master weights follow the loaded ones
 
     @override
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
