@@ -112,3 +112,12 @@ def test_checkpoint_directories_rotate_like_files(tmp_path: Path) -> None:
         assert (directory / "latest").read_text().strip() == "checkpoint"
         assert (directory / "checkpoint" / "mp_rank_00_model_states.pt").is_file()
     assert not [p for p in (tmp_path / "ckpts").iterdir() if p.name.startswith(".")]  # no staging left behind
+
+
+def test_layers_built_in_the_sharded_context_are_partitioned_at_creation(tmp_path: Path) -> None:
+    result = train(tmp_path, "--strategy", "deepspeed_stage_3", "--sharded-head", "--max-steps", "2")
+    assert result.returncode == 0, result.tail()
+    for rank in (0, 1):
+        assert json.loads((tmp_path / f"head_rank{rank}.json").read_text()) == {"partitioned": True}
+    gathered = torch.load(tmp_path / "rank0.pt")
+    assert gathered["head.weight"].shape == (1, 1) and gathered["net.0.weight"].shape == (64, 32)

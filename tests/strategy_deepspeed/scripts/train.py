@@ -32,6 +32,21 @@ class Regressor(common.Regressor):
         self.log("val_loss", torch.nn.functional.mse_loss(self(x).float(), y.float()), sync_dist=True)
 
 
+class ShardedHeadRegressor(Regressor):
+    """The Regressor with a head built in ``setup`` inside ``model_sharded_context`` (partitioned at creation)."""
+
+    def setup(self, stage: str) -> None:
+        with self.trainer.strategy.model_sharded_context():
+            self.head = torch.nn.Linear(1, 1)
+        common.write_json(
+            Path(os.environ["SHARDED_OUT"]) / f"head_rank{self.global_rank}.json",
+            {"partitioned": hasattr(self.head.weight, "ds_numel")},
+        )
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(super().forward(x))  # type: ignore[no-any-return]
+
+
 class ScheduledRegressor(Regressor):
     """The Regressor with a per-step learning-rate schedule (its state must survive a resume)."""
 
@@ -81,6 +96,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--clip", type=float, default=None)
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--scheduler", action="store_true", help="the ScheduledRegressor")
+    parser.add_argument("--sharded-head", action="store_true", help="the ShardedHeadRegressor")
     parser.add_argument("--checkpoint-dir", help="a ModelCheckpoint there, every step")
     parser.add_argument("--keep", type=int, default=-1, help="its save_top_k (-1: every checkpoint)")
     parser.add_argument("--save-ckpt", help="trainer.save_checkpoint(PATH) after fit")
@@ -126,7 +142,8 @@ def main(argv: list[str] | None = None) -> None:
         gradient_clip_val=args.clip,
         default_root_dir=args.out,
     )
-    model_class = ScheduledRegressor if args.scheduler else Regressor
+    model_class = ScheduledRegressor if args.scheduler else ShardedHeadRegressor if args.sharded_head else Regressor
+    os.environ["SHARDED_OUT"] = args.out
     model = model_class(dropout=args.dropout)
     trainer.fit(model, common.loader(args.samples, args.batch_size), ckpt_path=args.resume)
     if args.save_ckpt:

@@ -437,8 +437,14 @@ class DeepSpeedStrategy(DDPStrategy):
         if not self.zero_stage_3:
             yield
             return
+        assert isinstance(self.precision, DeepSpeedPrecision)
+        config = {
+            "zero_optimization": self.base_config["zero_optimization"],
+            "train_micro_batch_size_per_gpu": 1,
+            **self.precision.ds_config(),
+        }
         deepspeed = _vendor.deepspeed()
-        with deepspeed.zero.Init(config_dict_or_path=self.config, enabled=True):
+        with deepspeed.zero.Init(config_dict_or_path=config, enabled=True):
             yield
 
     @override
