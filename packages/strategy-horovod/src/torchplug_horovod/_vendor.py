@@ -50,6 +50,7 @@ def hvd() -> Any:
 
 def _import(module: str) -> ModuleType:
     try:
+        importlib.import_module("horovod")  # first: a missing horovod is reported as such
         return importlib.import_module(module)
     except ImportError as exc:
         if isinstance(exc, ModuleNotFoundError) and exc.name == "horovod":

@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 from typing import ClassVar, Final
 
+from typing_extensions import override
+
 from torchplug import MisconfigurationError
-from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
 
 __all__ = ["HorovodEnvironment"]
 
@@ -39,35 +41,35 @@ class HorovodEnvironment(ClusterEnvironment):
     detect_priority: ClassVar[int] = 95
 
     @classmethod
-    def detect(cls) -> bool:
-        """True when ``HOROVOD_RANK``, ``HOROVOD_SIZE`` and ``HOROVOD_LOCAL_RANK`` are all set."""
-        return all(name in os.environ for name in _RANK_VARS)
-
-    @classmethod
-    def detect_reason(cls) -> str:
-        """The variables behind :meth:`detect`'s answer, for the selection trace."""
-        missing = [name for name in _RANK_VARS if name not in os.environ]
-        return f"{', '.join(missing)} not set" if missing else f"HOROVOD_SIZE={os.environ['HOROVOD_SIZE']}"
+    @override
+    def evidence(cls) -> Evidence:
+        """Detected when ``HOROVOD_RANK``, ``HOROVOD_SIZE`` and ``HOROVOD_LOCAL_RANK`` are all set."""
+        return Evidence.unset(_RANK_VARS) or Evidence.found(f"HOROVOD_SIZE={os.environ['HOROVOD_SIZE']}")
 
     @property
+    @override
     def creates_processes_externally(self) -> bool:
         """Always True: horovodrun started one process per slot."""
         return True
 
     @property
+    @override
     def main_address(self) -> str:
         """Horovod's rendezvous address (``HOROVOD_GLOO_RENDEZVOUS_ADDR``); Horovod connects the processes itself."""
         return os.environ.get("HOROVOD_GLOO_RENDEZVOUS_ADDR", "127.0.0.1")
 
     @property
+    @override
     def main_port(self) -> int:
         """Horovod's rendezvous port (``HOROVOD_GLOO_RENDEZVOUS_PORT``)."""
         return _read("HOROVOD_GLOO_RENDEZVOUS_PORT", 0)
 
+    @override
     def world_size(self) -> int:
         """``HOROVOD_SIZE``."""
         return _read("HOROVOD_SIZE")
 
+    @override
     def set_world_size(self, size: int) -> None:
         """Refuse a world size other than horovodrun's (``-np``)."""
         if size != self.world_size():
@@ -76,21 +78,26 @@ class HorovodEnvironment(ClusterEnvironment):
                 f"{size}. Hint: leave devices='auto', or match horovodrun -np."
             )
 
+    @override
     def global_rank(self) -> int:
         """``HOROVOD_RANK``."""
         return _read("HOROVOD_RANK")
 
+    @override
     def set_global_rank(self, rank: int) -> None:
         """Nothing: the rank is horovodrun's."""
 
+    @override
     def local_rank(self) -> int:
         """``HOROVOD_LOCAL_RANK``."""
         return _read("HOROVOD_LOCAL_RANK")
 
+    @override
     def node_rank(self) -> int:
         """``HOROVOD_CROSS_RANK`` (0 when unset)."""
         return _read("HOROVOD_CROSS_RANK", 0)
 
+    @override
     def processes_per_node(self) -> int | None:
         """``HOROVOD_LOCAL_SIZE``: what ``devices='auto'`` uses."""
         return _read("HOROVOD_LOCAL_SIZE", 0) or None
