@@ -12,7 +12,7 @@ import torch
 import torchplug
 from torchplug import MisconfigurationError
 from torchplug_deepspeed import DeepSpeedPrecision, DeepSpeedStrategy, _vendor
-from torchplug_deepspeed.config import finalize_config
+from torchplug_deepspeed._config import finalize_config
 
 
 def final(strategy: DeepSpeedStrategy, **overrides: Any) -> dict[str, Any]:

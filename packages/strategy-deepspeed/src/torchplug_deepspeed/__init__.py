@@ -11,7 +11,7 @@ from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
     from torchplug_deepspeed._vendor import DeepSpeedUnavailableError
-    from torchplug_deepspeed.checkpoint import consolidate
+    from torchplug_deepspeed._checkpoint import consolidate, consolidated_checkpoint
     from torchplug_deepspeed.precision import DeepSpeedPrecision
     from torchplug_deepspeed.strategy import DeepSpeedStrategy
 
@@ -21,13 +21,15 @@ __all__ = [
     "DeepSpeedUnavailableError",
     "__version__",
     "consolidate",
+    "consolidated_checkpoint",
 ]
 
 _LAZY: Final = {
     "DeepSpeedStrategy": "torchplug_deepspeed.strategy",
     "DeepSpeedPrecision": "torchplug_deepspeed.precision",
     "DeepSpeedUnavailableError": "torchplug_deepspeed._vendor",
-    "consolidate": "torchplug_deepspeed.checkpoint",
+    "consolidate": "torchplug_deepspeed._checkpoint",
+    "consolidated_checkpoint": "torchplug_deepspeed._checkpoint",
 }
 
 __getattr__, __dir__ = lazy_attributes(__name__, _LAZY, globals(), distribution="strategy-deepspeed")

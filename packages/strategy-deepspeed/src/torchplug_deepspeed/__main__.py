@@ -17,7 +17,7 @@ def main(argv: list[str] | None = None) -> int:
     command.add_argument("output_file", help="the checkpoint file to write (path or fsspec URL)")
     command.add_argument("--tag", default=None, help="DeepSpeed's tag (default: the 'latest' file's)")
     args = parser.parse_args(argv)
-    from torchplug_deepspeed.checkpoint import consolidate
+    from torchplug_deepspeed._checkpoint import consolidate
 
     try:
         written = consolidate(args.checkpoint_dir, args.output_file, tag=args.tag)

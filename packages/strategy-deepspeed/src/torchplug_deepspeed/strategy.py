@@ -36,7 +36,7 @@ from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies.ddp import DDPStrategy
 from torchplug_deepspeed import _vendor
-from torchplug_deepspeed.config import build_config, finalize_config, load_config, offloads_optimizer, zero_stage
+from torchplug_deepspeed._config import build_config, finalize_config, load_config, offloads_optimizer, zero_stage
 from torchplug_deepspeed.precision import PRECISIONS, DeepSpeedPrecision
 
 __all__ = ["CHECKPOINT_TAG", "DeepSpeedStrategy", "is_deepspeed_checkpoint"]
@@ -78,7 +78,7 @@ class DeepSpeedStrategy(DDPStrategy):
         **zero_options: The other arguments of Lightning's ``DeepSpeedStrategy``, with the same names
             and defaults (``offload_optimizer_device``, ``pin_memory``, ``overlap_comm``,
             ``reduce_bucket_size``, ``zero_force_ds_cpu_optimizer``, ``loss_scale``...; see
-            :data:`torchplug_deepspeed.config.DEFAULTS`).
+            the README's table).
     """
 
     restore_checkpoint_after_setup: ClassVar[bool] = True
@@ -405,7 +405,7 @@ class DeepSpeedStrategy(DDPStrategy):
             # Evaluation: DeepSpeed's engine without an optimizer cannot read ZeRO-3 shards (the weights
             # live in the optimizer files), so every process merges them with zero_to_fp32 and loads
             # the full weights through load_module_state_dict.
-            from torchplug_deepspeed.checkpoint import consolidated_checkpoint
+            from torchplug_deepspeed._checkpoint import consolidated_checkpoint
 
             return consolidated_checkpoint(_local_path(path))
         loaded, client_state = engine.load_checkpoint(
