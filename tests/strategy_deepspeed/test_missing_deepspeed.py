@@ -13,8 +13,7 @@ import pytest
 import torchplug
 from tests.plugin_listing_support import entries_of, plugins_listing
 from torchplug import PluginUnavailableError
-from torchplug_deepspeed import DeepSpeedStrategy, DeepSpeedUnavailableError, _vendor
-from torchplug_deepspeed import consolidated_checkpoint
+from torchplug_deepspeed import DeepSpeedStrategy, DeepSpeedUnavailableError, _vendor, consolidated_checkpoint
 
 #: A child's ``sitecustomize``: deepspeed cannot be found, as when it is not installed.
 HIDE_DEEPSPEED = """

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Final
 from torchplug.utilities.imports import lazy_attributes
 
 if TYPE_CHECKING:
-    from torchplug_deepspeed._vendor import DeepSpeedUnavailableError
     from torchplug_deepspeed._checkpoint import consolidate, consolidated_checkpoint
+    from torchplug_deepspeed._vendor import DeepSpeedUnavailableError
     from torchplug_deepspeed.precision import DeepSpeedPrecision
     from torchplug_deepspeed.strategy import DeepSpeedStrategy
 
