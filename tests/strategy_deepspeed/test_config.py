@@ -158,3 +158,9 @@ def test_an_old_deepspeed_is_refused_with_the_version_needed() -> None:
     with pytest.raises(_vendor.DeepSpeedUnavailableError, match=r"deepspeed 0.14.0 is too old: .* 0.19.8 or newer"):
         _vendor._check_version("0.14.0")
     _vendor._check_version("0.19.8+cpu")
+
+
+def test_a_checkpoint_in_the_middle_of_accumulation_is_refused(tmp_path: Path) -> None:
+    checkpoint = {"optimizer_states": [{}], "accumulated_gradients": [torch.zeros(1)]}
+    with pytest.raises(MisconfigurationError, match="in the middle of gradient accumulation"):
+        DeepSpeedStrategy().save_checkpoint(checkpoint, str(tmp_path / "x.ckpt"))

@@ -375,6 +375,12 @@ class DeepSpeedStrategy(DDPStrategy):
             raise TypeError(
                 f"storage_options={storage_options!r}: DeepSpeed writes its checkpoints itself, to local paths."
             )
+        if "accumulated_gradients" in checkpoint:
+            raise MisconfigurationError(
+                f"save_checkpoint({filepath!r}) falls in the middle of gradient accumulation: DeepSpeed holds the "
+                "partly reduced gradients inside its engine and cannot save them, so the run could not resume "
+                "exactly. Hint: save after an optimizer step (ModelCheckpoint(every_n_train_steps=...) does)."
+            )
         engine = self.deepspeed_engine
         if "optimizer_states" not in checkpoint or engine is None:
             super().save_checkpoint(checkpoint, filepath)
