@@ -164,3 +164,24 @@ def test_a_checkpoint_in_the_middle_of_accumulation_is_refused(tmp_path: Path) -
     checkpoint = {"optimizer_states": [{}], "accumulated_gradients": [torch.zeros(1)]}
     with pytest.raises(MisconfigurationError, match="in the middle of gradient accumulation"):
         DeepSpeedStrategy().save_checkpoint(checkpoint, str(tmp_path / "x.ckpt"))
+
+
+def test_components_deepspeed_cannot_drive_are_refused_when_the_trainer_is_built(tmp_path: Path) -> None:
+    from torchplug.precision.double import DoublePrecision
+
+    with pytest.raises(
+        MisconfigurationError, match="DeepSpeedStrategy needs a DeepSpeedPrecision, got DoublePrecision"
+    ):
+        torchplug.Trainer(accelerator="cpu", strategy=DeepSpeedStrategy(precision=DoublePrecision()))
+    with pytest.raises(MisconfigurationError, match="cannot honour AsyncCheckpointIO"):
+        torchplug.Trainer(accelerator="cpu", strategy="deepspeed", plugins=["async"], default_root_dir=tmp_path)
+
+
+def test_attach_without_a_precision_gives_deepspeeds_float32() -> None:
+    from torchplug.accelerators.cpu import CPUAccelerator
+    from torchplug.environments.local import LocalEnvironment
+
+    strategy = DeepSpeedStrategy()
+    strategy.attach(accelerator=CPUAccelerator(), cluster_environment=LocalEnvironment())
+    assert repr(strategy.precision) == "DeepSpeedPrecision('32-true')"
+    assert strategy.launcher is not None  # the script re-launcher, as for ddp

@@ -174,18 +174,33 @@ class DeepSpeedStrategy(DDPStrategy):
     # -- set-up -------------------------------------------------------------------------------
 
     @override
-    def setup_environment(self) -> None:
-        """Check the components, point DeepSpeed at the Trainer's accelerator, then join the process group."""
+    def configure_launcher(self) -> None:
+        """Refuse components DeepSpeed cannot drive, then set the launcher as DDP does.
+
+        The plain float32 precision (what ``attach`` gives when none is named) becomes
+        ``DeepSpeedPrecision("32-true")``; any other non-DeepSpeed precision, and a checkpoint IO
+        other than the core's ``torch`` one, are refused.
+        """
+        assert self.accelerator is not None
+        if type(self.precision) is Precision:
+            self.precision = DeepSpeedPrecision("32-true")
+            self.precision.connect_accelerator(self.accelerator)
         if not isinstance(self.precision, DeepSpeedPrecision):
             raise MisconfigurationError(
                 f"DeepSpeedStrategy needs a DeepSpeedPrecision, got {type(self.precision).__name__}. Hint: pass "
                 "precision='bf16-mixed' (or another name) instead of an instance, or DeepSpeedPrecision(...)."
             )
-        if not isinstance(self.checkpoint_io, TorchCheckpointIO):
+        if self.has_checkpoint_io and not isinstance(self.checkpoint_io, TorchCheckpointIO):
             raise MisconfigurationError(
                 f"DeepSpeedStrategy writes its sharded checkpoints itself and cannot honour "
                 f"{type(self.checkpoint_io).__name__}. Hint: leave the checkpoint IO at its default ('torch')."
             )
+        super().configure_launcher()
+
+    @override
+    def setup_environment(self) -> None:
+        """Point DeepSpeed at the Trainer's accelerator, then join the process group."""
+        assert isinstance(self.precision, DeepSpeedPrecision)
         accelerator = _vendor.use_accelerator(self.root_device.type)
         if self.precision.dtype is torch.float16 and not accelerator.is_fp16_supported():
             raise MisconfigurationError(

@@ -70,7 +70,7 @@ class HorovodStrategy(ParallelStrategy):
     # -- set-up -------------------------------------------------------------------------------
 
     @override
-    def _configure_launcher(self) -> None:
+    def configure_launcher(self) -> None:
         """No launcher: horovodrun starts the processes. Refuse to run outside it with more than one."""
         environment = self.cluster_environment
         if environment is None or not environment.creates_processes_externally:
