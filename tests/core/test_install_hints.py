@@ -33,7 +33,16 @@ def test_the_committed_table_is_what_the_generator_writes(generator: dict[str, A
 
 def test_the_generator_finds_every_first_party_package(generator: dict[str, Any]) -> None:
     found = {plugin.distribution for plugin in generator["first_party_plugins"]()}
-    assert found == {"accel-cuda", "accel-tpu", "accel-ipu", "accel-hpu", "env-slurm", "io-xla"}
+    assert found == {
+        "accel-cuda",
+        "accel-tpu",
+        "accel-ipu",
+        "accel-hpu",
+        "env-slurm",
+        "io-xla",
+        "strategy-deepspeed",
+        "strategy-horovod",
+    }
 
 
 def test_every_first_party_name_and_alias_has_a_hint(generator: dict[str, Any]) -> None:

@@ -1,20 +1,21 @@
-"""Issue 4's acceptance: the seven packages built to wheels and installed by pip, offline, into fresh venvs.
+"""Issue 4's acceptance: our packages built to wheels and installed by pip, offline, into fresh venvs.
 
-One module-scoped folder of wheels (``WHEELS``) holds the seven wheels built from ``packages/`` and the
+One module-scoped folder of wheels (``WHEELS``) holds the wheels built from ``packages/`` and the
 dependencies they need besides torch (fetched with ``pip download``). Two fresh venvs get torch first
 (pinned, from the configured wheel folder or index), then our packages with
 ``pip install --no-index --find-links WHEELS ...`` and no pip configuration at all, so the folder
 alone must satisfy them:
 
 - ``three``: ``core accel-cuda env-slurm``, the install the design page promises;
-- ``seven``: all seven packages.
+- ``seven``: all our packages (the seven of issue 4, and the strategy packages since).
 
 Every command runs with the ``SLURM_*`` variables removed (these tests may run inside a SLURM job).
 
 An import of a vendor library that is not installed leaves no trace (no ``sys.modules`` entry, no
-``-X importtime`` line), so the checks that nothing imports torch_xla, poptorch or habana_frameworks
-run twice: as the venv is, and with empty stand-ins of the three libraries on ``PYTHONPATH``, where
-an import would succeed and show (their probes find them there, so the states differ in that run).
+``-X importtime`` line), so the checks that nothing imports torch_xla, poptorch, habana_frameworks,
+deepspeed or horovod run twice: as the venv is, and with empty stand-ins of the libraries on
+``PYTHONPATH``, where an import would succeed and show (their probes find them there, so the states
+differ in that run).
 """
 
 from __future__ import annotations
@@ -75,6 +76,8 @@ PACKAGES: Final = (
     Package("accel-hpu", "torchplug_hpu", ("hpu", "torchplug_hpu._plugin")),
     Package("env-slurm", "torchplug_slurm", ("slurm", "torchplug_slurm._plugin")),
     Package("io-xla", "torchplug_xla_io", ("xla_io", "torchplug_xla_io._plugin")),
+    Package("strategy-deepspeed", "torchplug_deepspeed", ("deepspeed", "torchplug_deepspeed._plugin")),
+    Package("strategy-horovod", "torchplug_horovod", ("horovod", "torchplug_horovod._plugin")),
 )
 OURS: Final = tuple(p.distribution for p in PACKAGES)
 THREE: Final = ("core", "accel-cuda", "env-slurm")
@@ -98,9 +101,30 @@ VENDORS: Final = (
     # hint names the package and the installation guide rather than a bare `pip install`.
     Vendor("hpu", "accel-hpu", "habana_frameworks", "habana-torch-plugin"),
 )
-VENDOR_LIBRARIES: Final = tuple(v.library for v in VENDORS)
+
+
+@dataclass(frozen=True)
+class StrategyVendor:
+    """A strategy package whose library is not installed in the fresh venvs, and what its listing must say."""
+
+    distribution: str
+    library: str
+    #: What every entry's reason must contain.
+    says: tuple[str, ...]
+
+
+STRATEGY_VENDORS: Final = (
+    StrategyVendor("strategy-deepspeed", "deepspeed", ("deepspeed is not installed", "pip install deepspeed")),
+    # horovod does not install from PyPI against this torch: the reason says so and names the alternatives.
+    StrategyVendor(
+        "strategy-horovod",
+        "horovod",
+        ("horovod is not installed", "tools/build_horovod.py", "strategy='ddp' started by torchrun"),
+    ),
+)
+VENDOR_LIBRARIES: Final = (*(v.library for v in VENDORS), *(v.library for v in STRATEGY_VENDORS))
 #: Their distributions, which no package may require (an optional extra at most).
-VENDOR_DISTRIBUTIONS: Final = ("torch-xla", "poptorch", "habana-torch-plugin")
+VENDOR_DISTRIBUTIONS: Final = ("torch-xla", "poptorch", "habana-torch-plugin", "deepspeed", "horovod")
 
 #: The environment of every command: no SLURM variable, so env-slurm must say "not detected".
 NO_SLURM: Final = {k: None for k in os.environ if k.startswith("SLURM_")}
@@ -176,7 +200,7 @@ def wheels_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def backend_wheels(wheel_builder: WheelBuilder, wheels_dir: Path) -> dict[str, Wheel]:
-    """The seven wheels, built from ``packages/`` (the core's is shared with the other tests), copied to WHEELS."""
+    """Our wheels, built from ``packages/`` (the core's is shared with the other tests), copied to WHEELS."""
     wheels = {}
     for package in PACKAGES:
         built = wheel_builder(package.folder)
@@ -251,7 +275,7 @@ def _files(wheel: Wheel) -> list[str]:
 
 def test_seven_wheels_build(backend_wheels: dict[str, Wheel], wheels_dir: Path) -> None:
     assert sorted(p.name for p in wheels_dir.glob("*.whl")) == sorted(w.path.name for w in backend_wheels.values())
-    assert len(backend_wheels) == 7
+    assert len(backend_wheels) == len(PACKAGES)
     for distribution, wheel in backend_wheels.items():
         name, _, build, tags = parse_wheel_filename(wheel.path.name)
         assert (name, build) == (distribution, ())
@@ -349,13 +373,13 @@ def three(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Install
 
 @pytest.fixture(scope="module")
 def seven(wheelhouse: Path, tmp_path_factory: pytest.TempPathFactory) -> Installed:
-    """All seven packages, installed the same way in another fresh venv."""
+    """All our packages, installed the same way in another fresh venv."""
     return _install_offline(tmp_path_factory.mktemp("backends-seven") / "venv", wheelhouse, OURS)
 
 
 @pytest.fixture(scope="module")
 def vendor_stubs(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A folder with empty ``torch_xla``, ``poptorch`` and ``habana_frameworks`` packages: importable, so visible."""
+    """A folder with an empty package for each vendor library (torch_xla, deepspeed...): importable, so visible."""
     root = tmp_path_factory.mktemp("vendor-stubs")
     for library in VENDOR_LIBRARIES:
         (root / library).mkdir()
@@ -471,7 +495,7 @@ def test_offline_install_of_seven(seven: Installed, backend_wheels: dict[str, Wh
 
 @pytest.fixture(scope="module")
 def seven_listing(seven: Installed) -> Listing:
-    """``core plugins list --json`` with all seven installed."""
+    """``core plugins list --json`` with all our packages installed."""
     return seven.scenario.listing(env=NO_SLURM)
 
 
@@ -500,6 +524,14 @@ def test_seven_are_listed_with_their_honest_state(
             assert entry["status"] == "unavailable", entry
             assert f"{vendor.library} is not installed" in entry["reason"], entry
             assert vendor.install_hint in entry["reason"], entry
+
+    for strategy_vendor in STRATEGY_VENDORS:  # every plugin of the package says it cannot run, and why
+        entries = [e for e in listing.data["entries"] if e["provider"]["distribution"] == strategy_vendor.distribution]
+        assert {e["kind"] for e in entries} >= {"strategy"}
+        for entry in entries:
+            assert entry["status"] == "unavailable", entry
+            for text in strategy_vendor.says:
+                assert text in entry["reason"], entry
 
     xla_io = listing.entry("xla", "checkpoint_io")
     # io-xla needs no torch_xla: without it, every tensor is moved with Tensor.cpu() (its README)

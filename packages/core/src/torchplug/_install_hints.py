@@ -21,6 +21,13 @@ INSTALL_HINTS: Final[dict[str, dict[str, str]]] = {
         "xla": "accel-tpu",
     },
     "strategy": {
+        "deepspeed": "strategy-deepspeed",
+        "deepspeed_stage_1": "strategy-deepspeed",
+        "deepspeed_stage_2": "strategy-deepspeed",
+        "deepspeed_stage_2_offload": "strategy-deepspeed",
+        "deepspeed_stage_3": "strategy-deepspeed",
+        "deepspeed_stage_3_offload": "strategy-deepspeed",
+        "horovod": "strategy-horovod",
         "hpu_parallel": "accel-hpu",
         "hpu_single": "accel-hpu",
         "ipu": "accel-ipu",
@@ -28,6 +35,11 @@ INSTALL_HINTS: Final[dict[str, dict[str, str]]] = {
         "xla": "accel-tpu",
     },
     "precision": {
+        "deepspeed-16-mixed": "strategy-deepspeed",
+        "deepspeed-16-true": "strategy-deepspeed",
+        "deepspeed-32-true": "strategy-deepspeed",
+        "deepspeed-bf16-mixed": "strategy-deepspeed",
+        "deepspeed-bf16-true": "strategy-deepspeed",
         "fp8": "accel-hpu",
         "hpu-bf16-mixed": "accel-hpu",
         "hpu-fp8": "accel-hpu",
@@ -43,6 +55,7 @@ INSTALL_HINTS: Final[dict[str, dict[str, str]]] = {
         "xla": "io-xla",
     },
     "cluster_environment": {
+        "horovod": "strategy-horovod",
         "slurm": "env-slurm",
         "xla_runtime": "accel-tpu",
     },

@@ -122,7 +122,10 @@ def state_hash(state: dict[str, torch.Tensor]) -> str:
     digest = hashlib.sha256()
     for key in sorted(state):
         digest.update(key.encode())
-        digest.update(state[key].detach().cpu().contiguous().numpy().tobytes())
+        value = state[key].detach().cpu().contiguous()
+        if value.dtype is torch.bfloat16:  # numpy has no bfloat16: hash the same bytes as int16
+            value = value.view(torch.int16)
+        digest.update(value.numpy().tobytes())
     return digest.hexdigest()
 
 

@@ -442,8 +442,16 @@ class Module(torch.nn.Module):
         optimizer.step(closure=optimizer_closure)
 
     def optimizer_zero_grad(self, epoch: int, batch_idx: int, optimizer: torch.optim.Optimizer) -> None:
-        """Reset the gradients (on the first batch of each accumulation window, before backward)."""
-        optimizer.zero_grad()
+        """Reset the gradients (on the first batch of each accumulation window, before backward).
+
+        The default goes through the strategy (``Strategy.zero_grad``), which owns the gradient
+        buffers where an engine such as DeepSpeed keeps them.
+        """
+        trainer = self._trainer
+        if trainer is None:
+            optimizer.zero_grad()
+        else:
+            trainer.strategy.zero_grad(optimizer)
 
     def lr_scheduler_step(self, scheduler: Any, metric: Any) -> None:
         """Step a learning-rate scheduler (``metric`` is the monitored value for ReduceLROnPlateau, else None)."""

@@ -331,6 +331,16 @@ class Strategy(ABC):
         assert self.precision is not None and self.model is not None
         return self.precision.optimizer_step(optimizer, self.model, closure)
 
+    def zero_grad(self, optimizer: Optimizer, set_to_none: bool = True) -> None:
+        """Reset the gradients of ``optimizer``'s parameters (at the start of each accumulation window).
+
+        Called by the loop, by ``Module.optimizer_zero_grad``'s default and by ``zero_grad()`` on
+        the optimizers of manual optimization. Default: ``optimizer.zero_grad(set_to_none=...)``.
+        A strategy whose engine owns the gradient buffers (DeepSpeed keeps them inside its
+        optimizer and resets them in its step) overrides it.
+        """
+        optimizer.zero_grad(set_to_none=set_to_none)
+
     def clip_gradients(self, optimizer: Optimizer, clip_val: float, algorithm: str = "norm") -> None:
         """Clip the gradients of ``optimizer``'s parameters (``algorithm``: ``"norm"`` or ``"value"``)."""
         assert self.precision is not None

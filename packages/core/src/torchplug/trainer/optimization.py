@@ -16,6 +16,7 @@ optimizer's ``step``. Gradients stay populated until the next ``zero_grad``.
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -110,6 +111,10 @@ class OptimizerStepper:
         )
         self._strategy = strategy
 
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        """Reset the optimizer's gradients through the strategy (see ``Strategy.zero_grad``)."""
+        self._strategy.zero_grad(self.optimizer, set_to_none=set_to_none)
+
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Run ``closure`` (may be None) and step the optimizer; returns what the closure returned."""
         optimizer = self.optimizer
@@ -173,6 +178,12 @@ def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchS
     accumulate = trainer.batches_per_optimizer_step
     world_size = trainer.world_size
     zero_grad_hook = hooks.module_hook("optimizer_zero_grad")
+    # The strategy's zero_grad only where it changes it: otherwise the optimizer's, with no extra call.
+    zero_grad = (
+        functools.partial(strategy.zero_grad, optimizer)
+        if is_overridden(strategy, "zero_grad", Strategy)
+        else optimizer.zero_grad
+    )
     before_zero_grad = hooks.batch_hooks("on_before_zero_grad")
     before_backward = hooks.batch_hooks("on_before_backward")
     after_backward = hooks.batch_hooks("on_after_backward")
@@ -199,7 +210,7 @@ def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchS
                 if zero_grad_hook is not None:
                     zero_grad_hook(progress.epoch, batch_idx, optimizer)
                 else:
-                    optimizer.zero_grad()
+                    zero_grad()
             if loss is not None:
                 for hook in before_backward:
                     hook(loss)
@@ -290,8 +301,8 @@ class StepOptimizer:
         return result
 
     def zero_grad(self, set_to_none: bool = True) -> None:
-        """Reset the gradients of the wrapped optimizer's parameters."""
-        self.optimizer.zero_grad(set_to_none=set_to_none)
+        """Reset the gradients of the wrapped optimizer's parameters (through ``strategy.zero_grad``)."""
+        self._stepper.zero_grad(set_to_none)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.optimizer, name)
