@@ -10,7 +10,6 @@ there, since fake GPUs cannot run kernels.
 from __future__ import annotations
 
 import importlib.metadata
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -48,7 +47,7 @@ class TestCUDAOnFakeGPUCount(AcceleratorSuite):
     )
 
     @pytest.fixture
-    def plugin_setup(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> Iterator[None]:
+    def plugin_setup(self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
         real_version = importlib.metadata.version
         driver = tmp_path / "proc-driver-nvidia-version"
         driver.write_text("NVRM version: NVIDIA UNIX x86_64 Kernel Module  570.00\n")
@@ -58,4 +57,3 @@ class TestCUDAOnFakeGPUCount(AcceleratorSuite):
         monkeypatch.setattr(_vendor, "DRIVER_VERSION_FILE", str(driver))
         monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
         monkeypatch.setattr(torch.backends.cuda, "is_built", lambda: True)
-        yield

@@ -6,10 +6,10 @@ environment is in broken_environment.py: its module must stay torch-free, as det
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import torch
+from fsspec.core import url_to_fs
 
 from torchplug.accelerators.cpu import CPUAccelerator
 from torchplug.io.torch_io import TorchCheckpointIO
@@ -82,7 +82,7 @@ class InPlaceCheckpointIO(TorchCheckpointIO):
     """Writes straight into the final file (a failed save destroys the previous one) and ignores options."""
 
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None = None) -> None:
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "wb") as file:
+        fs, target = url_to_fs(path)
+        fs.makedirs(target.rpartition("/")[0], exist_ok=True)
+        with fs.open(target, "wb") as file:
             torch.save(checkpoint, file)
-

@@ -38,5 +38,7 @@ def torchplug_register_checkpoint_io(registry: Registry) -> None:
 @hookimpl
 def torchplug_register_cluster_environments(registry: Registry) -> None:
     registry.register(
-        "writing_env", "tests.core.testing.broken_environment:WritingEnvironment", description="faulty: detection writes"
+        "writing_env",
+        "tests.core.testing.broken_environment:WritingEnvironment",
+        description="faulty: detection writes",
     )

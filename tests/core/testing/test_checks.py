@@ -55,7 +55,12 @@ def test_the_core_cpu_accelerator_conforms_with_two_processes(broken_host: Plugi
 
 @pytest.mark.parametrize(
     ("name", "kind"),
-    [("single_device", "strategy"), ("bf16-mixed", "precision"), ("torch", "checkpoint_io"), ("local", "cluster_environment")],
+    [
+        ("single_device", "strategy"),
+        ("bf16-mixed", "precision"),
+        ("torch", "checkpoint_io"),
+        ("local", "cluster_environment"),
+    ],
 )
 def test_the_core_plugins_of_each_kind_conform(broken_host: PluginHost, name: str, kind: str) -> None:
     report = verify(name, kind, host=broken_host)
@@ -143,7 +148,10 @@ def test_verifying_imports_nothing_heavy_until_a_check_runs() -> None:
     import subprocess
     import sys
 
-    code = "import sys, torchplug.testing; torchplug.testing.check_names('accelerator'); print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'pytest'}))"
+    code = (
+        "import sys, torchplug.testing; torchplug.testing.check_names('accelerator'); "
+        "print(sorted({m.split('.')[0] for m in sys.modules} & {'torch', 'pytest'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
     assert out.stdout.strip() == "[]"
 

@@ -1,4 +1,4 @@
-"""``core plugins new KIND NAME``: write a complete plugin package that passes ``core plugins verify NAME`` as generated.
+"""``core plugins new KIND NAME``: write a complete plugin package that passes ``core plugins verify NAME``.
 
 The package follows CONTRIBUTING.md's skeleton (``pyproject.toml`` with the entry point and the
 supported core range, a lazy ``__init__.py``, ``_plugin.py``, ``_vendor.py``, the kind's module,
@@ -162,7 +162,7 @@ def core_requirement(version: str | None = None) -> str:
         parsed = Version(version or core_version())
     except InvalidVersion:
         parsed = Version("0.1")
-    major, minor = (parsed.release + (0,))[:2]
+    major, minor = (*parsed.release, 0)[:2]
     if (major, minor) == (0, 0):  # an uninstalled source tree ("0+unknown"): the first release line
         minor = 1
     upper = f"0.{minor + 1}" if major == 0 else str(major + 1)

@@ -36,7 +36,7 @@ __all__ = [
 Outcome = Literal["passed", "failed", "skipped", "xfailed", "xpassed"]
 
 #: Every outcome, with what it means (the report's legend).
-OUTCOMES: Final[dict[str, str]] = {
+OUTCOMES: Final[dict[Outcome, str]] = {
     "passed": "the plugin meets this part of its contract",
     "failed": "the plugin breaks this part of its contract; the fix says what to change",
     "skipped": "the check cannot run here (no device, no vendor library...); the reason says why",

@@ -141,16 +141,21 @@ def capabilities(context: Context) -> str:
     if problems:
         raise CheckFailed("; ".join(problems))
     io = cls.default_checkpoint_io
-    note = f"; default_checkpoint_io {io!r} is not installed: the core's 'torch' IO is used" if io and io not in (
-        subject.host.registry("checkpoint_io")
-    ) else ""
-    return f"device_type {cls.device_type!r}, priority {cls.auto_priority}, strategies {cls.single_device_strategy!r}/{cls.parallel_strategy!r}{note}"
+    note = (
+        f"; default_checkpoint_io {io!r} is not installed: the core's 'torch' IO is used"
+        if io and io not in (subject.host.registry("checkpoint_io"))
+        else ""
+    )
+    strategies = f"{cls.single_device_strategy!r}/{cls.parallel_strategy!r}"
+    return f"device_type {cls.device_type!r}, priority {cls.auto_priority}, strategies {strategies}{note}"
 
 
 def _unknown(context_subject: Any, kind: str, names: set[str], what: str) -> list[str]:
     registry = context_subject.host.registry(kind)
     missing = sorted(n for n in names if n not in registry)
-    return [f"{what} names {', '.join(repr(n) for n in missing)}, which no installed plugin registers"] if missing else []
+    return (
+        [f"{what} names {', '.join(repr(n) for n in missing)}, which no installed plugin registers"] if missing else []
+    )
 
 
 @check(

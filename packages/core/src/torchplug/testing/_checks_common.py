@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Final
+from typing import Any, Final
 
 from torchplug._registry import BASE_CLASSES, KINDS
 from torchplug.testing._check import CheckFailed, CheckSkipped, check
@@ -47,7 +47,7 @@ def registered(context: Context) -> str:
         problems.append("the description is empty: `core plugins list` shows nothing for it")
     if problems:
         raise CheckFailed("; ".join(problems))
-    cls = subject.load()  # raises BrokenPluginError (with the distribution) when it fails
+    subject.load()  # raises BrokenPluginError (with the distribution) when it fails
     base = BASE_CLASSES[subject.kind].rpartition(":")[2]
     return f"{entry.target_path} ({base}) from {entry.provider}"
 
@@ -73,14 +73,16 @@ def listing_is_light(context: Context) -> str:
         problems.append(f"these libraries were imported: {', '.join(report['foreign'])}")
     status = report["status"]
     if status in (None, "broken"):
-        problems.append(f"the listing shows {context.subject.entry.name!r} as {status or 'missing'}: {report['reason']}")
+        problems.append(
+            f"the listing shows {context.subject.entry.name!r} as {status or 'missing'}: {report['reason']}"
+        )
     if problems:
         raise CheckFailed(f"listing the plugins with {plugin or 'the core'} loaded: {'; '.join(problems)}")
     reason = f" ({report['reason']})" if report["reason"] else ""
     return f"listed as {status}{reason} in {report['seconds']:.2f} s; imported only its own modules"
 
 
-def _run_listing(context: Context, plugin: str) -> dict[str, object]:
+def _run_listing(context: Context, plugin: str) -> dict[str, Any]:
     subject = context.subject
     command = [
         sys.executable,
@@ -102,5 +104,5 @@ def _run_listing(context: Context, plugin: str) -> dict[str, object]:
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         raise CheckFailed(f"listing the plugins failed (exit code {done.returncode}):\n{done.stderr.strip()}")
-    result: dict[str, object] = json.loads(lines[-1])
+    result: dict[str, Any] = json.loads(lines[-1])
     return result

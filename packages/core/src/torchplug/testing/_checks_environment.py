@@ -26,7 +26,7 @@ def _signal_handlers() -> dict[int, Any]:
 
 
 def _never_detected(reason: str | None) -> bool:
-    """The base class's convention for an environment brought by a strategy: ``Evidence.absent("never detected: ...")``."""
+    """The base class's convention for an environment a strategy brings: ``Evidence.absent("never detected: ...")``."""
     return bool(reason) and str(reason).startswith("never detected")
 
 
@@ -100,7 +100,7 @@ def detected(context: Context) -> str:
     reason = cls.detect_reason()
     if not reason:
         raise CheckFailed("detect() is True but detect_reason() gives no reason: name the variables that decided it")
-    return reason
+    return str(reason)
 
 
 @check(
@@ -116,7 +116,12 @@ def ranks(context: Context) -> str:
     world, rank = environment.world_size(), environment.global_rank()
     local, node = environment.local_rank(), environment.node_rank()
     problems = []
-    for label, value in (("world_size()", world), ("global_rank()", rank), ("local_rank()", local), ("node_rank()", node)):
+    for label, value in (
+        ("world_size()", world),
+        ("global_rank()", rank),
+        ("local_rank()", local),
+        ("node_rank()", node),
+    ):
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             problems.append(f"{label} is {value!r}")
     if not problems and not (world >= 1 and rank < world):
@@ -184,7 +189,7 @@ def teardown(context: Context) -> str:
 @check(
     "cluster_environment",
     "preemption",
-    summary="setup_preemption() returns a bool, no notice is pending at start, and teardown_preemption() restores signals",
+    summary="setup_preemption() returns a bool, no notice is pending, and teardown_preemption() restores signals",
     fix="install signal handlers only in setup_preemption(), keep preemption_requested() a flag read, and "
     "restore the previous handlers in teardown_preemption()",
 )

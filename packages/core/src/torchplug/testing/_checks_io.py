@@ -87,7 +87,9 @@ def fsspec_url(context: Context) -> str:
     url = f"memory://torchplug-conformance-{uuid.uuid4().hex}/run/last.ckpt"
     try:
         _save(io, _checkpoint(), url)
-        if not io.exists(url) or not _equal(_checkpoint(), io.load_checkpoint(url, map_location="cpu")):
+        if not io.exists(url):
+            raise CheckFailed(f"after saving to {url}, exists() says False: was it written to a local path instead?")
+        if not _equal(_checkpoint(), io.load_checkpoint(url, map_location="cpu")):
             raise CheckFailed(f"the checkpoint saved to {url} does not load back equal")
         io.remove_checkpoint(url)
         if io.exists(url):

@@ -59,7 +59,7 @@ def strategy_contract(context: Context) -> str:
 @check(
     "precision",
     "precision_contract",
-    summary="without a Trainer (connect_accelerator never called) it converts a module and inputs, and its contexts work",
+    summary="without a Trainer (no connect_accelerator) it converts a module and inputs, and its contexts work",
     fix="take what the precision needs as constructor arguments with defaults, so that it works before (or "
     "without) connect_accelerator(); forward_context() must be reusable, step after step",
 )
@@ -91,7 +91,7 @@ def precision_contract(context: Context) -> str:
     "precision",
     "state_dict",
     summary="state_dict() is a dict that survives torch.load(weights_only=True) and load_state_dict() accepts",
-    fix="return only tensors, numbers, strings, lists and dicts from state_dict(), and restore them in load_state_dict()",
+    fix="return only tensors, numbers, strings, lists and dicts from state_dict(); restore them in load_state_dict()",
 )
 def state_dict(context: Context) -> str:
     import torch

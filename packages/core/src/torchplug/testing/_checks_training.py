@@ -122,7 +122,7 @@ def _fit_precision(context: Context, precision: str) -> str:
     subject = context.subject
     subject.require_available()
     cls = subject.load()
-    arguments = {"accelerator": subject.entry.name, "plugin_host": subject.host, "devices": 1}
+    arguments: dict[str, Any] = {"accelerator": subject.entry.name, "plugin_host": subject.host, "devices": 1}
     try:
         torchplug.Trainer(precision=precision, logger=False, **arguments)
     except (MisconfigurationError, PluginError) as exc:
@@ -133,9 +133,7 @@ def _fit_precision(context: Context, precision: str) -> str:
                 + (" although supported_precisions declares it" if declared else "")
             ) from exc
         return f"refused: {exc}"
-    result = _training.run_fit(
-        context.workdir, precision=precision, max_steps=4, **arguments
-    )
+    result = _training.run_fit(context.workdir, precision=precision, max_steps=4, **arguments)
     _check_run(result, 4)
     return f"trained as {_described(result.describe, 'precision')}, loss {result.losses[-1]:.3f}"
 
@@ -308,6 +306,7 @@ def collectives(context: Context) -> str:
         result = _training.run_fit(
             context.workdir, devices=1, max_steps=1, collectives=True, **subject.trainer_arguments()
         )
+        assert result.collectives is not None, "run_fit(collectives=True) records them"
         records = [result.collectives]
     else:
         records = [r["collectives"] for r in _ddp_records(context)]

@@ -113,8 +113,11 @@ class Subject:
         """``accelerator 'xpu'`` (for messages)."""
         return f"{_LABELS[self.kind]} {self.entry.name!r}"
 
-    def load(self) -> type:
-        """The plugin's class (imported on first use; raises the registry's ``BrokenPluginError``)."""
+    def load(self) -> Any:
+        """The plugin's class (imported on first use; raises the registry's ``BrokenPluginError``).
+
+        Typed ``Any``: the checks read the class attributes of whichever kind it is.
+        """
         return self.entry.load()
 
     def create(self) -> Any:
@@ -206,7 +209,10 @@ def _entry(host: PluginHost, kind: str, name: str) -> RegistryEntry[Any]:
 
 def _names_plugin(accelerator: type, kind: str, name: str) -> bool:
     if kind == "strategy":
-        return name in (getattr(accelerator, "single_device_strategy", None), getattr(accelerator, "parallel_strategy", None))
+        return name in (
+            getattr(accelerator, "single_device_strategy", None),
+            getattr(accelerator, "parallel_strategy", None),
+        )
     if kind == "precision":
         return name in (getattr(accelerator, "supported_precisions", None) or ())
     if kind == "checkpoint_io":
@@ -241,7 +247,7 @@ class Context:
     """
 
     subject: Subject
-    cache: dict[str, Any] = field(default_factory=dict)
+    cache: dict[Any, Any] = field(default_factory=dict)
     timeout: float = 300.0
     _workdir: Path | None = None
 

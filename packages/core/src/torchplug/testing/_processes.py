@@ -62,7 +62,9 @@ def worker_fit(
         raise CheckFailed(f"Trainer({_arguments(arguments)}).fit() exited with code {code}:\n{_tail(log)}")
     records = [json.loads(p.read_text()) for p in sorted(root.glob("rank-*.json"))]
     if not records:
-        raise CheckFailed(f"Trainer({_arguments(arguments)}).fit() finished, but no rank wrote its record:\n{_tail(log)}")
+        raise CheckFailed(
+            f"Trainer({_arguments(arguments)}).fit() finished, but no rank wrote its record:\n{_tail(log)}"
+        )
     return sorted(records, key=lambda r: int(r["rank"]))
 
 

@@ -165,8 +165,10 @@ def verify(
         started(report)
     start = time.perf_counter()
     for item in checks_for(subject.kind):
-        result = _skipped(item, skip[item.name]) if item.name in skip else run_check(
-            item, context, known_failures.get(item.name)
+        result = (
+            _skipped(item, skip[item.name])
+            if item.name in skip
+            else run_check(item, context, known_failures.get(item.name))
         )
         report.results.append(result)
         if progress is not None:

@@ -36,7 +36,9 @@ def listing(kind: str, name: str, plugin: str, target: str) -> dict[str, Any]:
     new = {m.partition(".")[0] for m in set(sys.modules) - baseline}
     own = _own_packages(host, plugin, target)
     foreign = sorted(
-        m for m in new if m not in sys.stdlib_module_names and m not in LISTING_ALLOWED and m not in own and m != "torch"
+        m
+        for m in new
+        if m not in sys.stdlib_module_names and m not in LISTING_ALLOWED and m not in own and m != "torch"
     )
     torch = sorted(m for m in sys.modules if m == "torch" or m.startswith("torch."))[:3]
     report = next(

@@ -76,9 +76,12 @@ class PluginSuite:
             metafunc.parametrize("conformance_check", checks, ids=[c.name for c in checks])
 
     @pytest.fixture
-    def plugin_setup(self) -> Iterator[None]:
-        """Override to prepare what the checks need (a fake vendor library on ``sys.path``...); runs before each check."""
-        yield
+    def plugin_setup(self) -> Iterator[None] | None:
+        """Override to prepare what the checks need (a fake vendor library on ``sys.path``...) before each check.
+
+        A plain fixture or a generator (with teardown after ``yield``); it may request other fixtures.
+        """
+        return None
 
     @pytest.fixture(scope="class")
     @classmethod
@@ -94,9 +97,7 @@ class PluginSuite:
         )
         return Context(subject, conformance_cache, self.timeout)
 
-    def test_conformance(
-        self, conformance_check: Check, conformance_context: Context, record_property: Any
-    ) -> None:
+    def test_conformance(self, conformance_check: Check, conformance_context: Context, record_property: Any) -> None:
         """Run one check; skip, xfail or fail the test as its outcome says."""
         if conformance_check.name in self.skipped_checks:
             result = CheckResult(conformance_check, "skipped", 0.0, self.skipped_checks[conformance_check.name])
@@ -128,7 +129,7 @@ def _validate(suite: type[PluginSuite], names: list[str]) -> None:
         if unknown:
             raise ValueError(
                 f"{suite.__name__}.{attribute} names unknown check(s) {', '.join(map(repr, unknown))}. "
-                f"Checks of a {suite.kind}: {', '.join(names)}"
+                f"Checks of {suite.kind} plugins: {', '.join(names)}"
             )
 
 
