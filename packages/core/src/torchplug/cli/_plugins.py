@@ -247,7 +247,13 @@ def _print_detail(data: dict[str, Any]) -> None:
 
 # -- the vendor kit: ``plugins verify`` and ``plugins new`` -------------------------------------------
 
-VERIFY_EXIT_CODES: Final = """exit codes:
+VERIFY_EXIT_CODES: Final = """--json prints one object:
+  kind, name, target, provider {plugin, distribution, version, builtin}, accelerator (what it trained on),
+  conforms, counts {outcome: n}, seconds,
+  checks: [{check, summary, outcome, seconds, message, fix, traceback}]
+outcomes: passed, failed, skipped (with the reason), xfailed, xpassed
+
+exit codes:
   0  the plugin conforms (skipped checks say why they could not run here)
   1  a check failed, or a known failure passed: the report gives the fix
   2  usage error: unknown or ambiguous name, unknown check, bad option"""
