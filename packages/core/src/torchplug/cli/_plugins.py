@@ -1,4 +1,4 @@
-"""``core plugins list`` and ``core plugins show``."""
+"""``core plugins list``, ``show``, ``verify`` (the conformance suite) and ``new`` (a package scaffold)."""
 
 from __future__ import annotations
 
@@ -75,6 +75,7 @@ def add_parser(commands: Any) -> None:
     show.add_argument("--kind", type=_kind, help="only look among this kind")
     show.add_argument("--json", action="store_true", help="print JSON instead of text")
     show.set_defaults(handler=_show)
+    add_vendor_kit_parsers(sub)
 
 
 def _kind(value: str) -> str:
@@ -242,3 +243,97 @@ def _print_detail(data: dict[str, Any]) -> None:
         if record.get("traceback"):
             out.write("".join(f"    {line}\n" for line in record["traceback"].rstrip().splitlines()))
         out.write("\n")
+
+
+# -- the vendor kit: ``plugins verify`` and ``plugins new`` -------------------------------------------
+
+VERIFY_EXIT_CODES: Final = """--json prints one object:
+  kind, name, target, provider {plugin, distribution, version, builtin}, accelerator (what it trained on),
+  conforms, counts {outcome: n}, seconds,
+  checks: [{check, summary, outcome, seconds, message, fix, traceback}]
+outcomes: passed, failed, skipped (with the reason), xfailed, xpassed
+
+exit codes:
+  0  the plugin conforms (skipped checks say why they could not run here)
+  1  a check failed, or a known failure passed: the report gives the fix
+  2  usage error: unknown or ambiguous name, unknown check, bad option"""
+
+
+def add_vendor_kit_parsers(sub: Any) -> None:
+    """Add ``plugins verify`` (the conformance suite) and ``plugins new`` (a package scaffold)."""
+    from torchplug.cli._scaffold import add_parser as add_new_parser
+
+    verify = sub.add_parser(
+        "verify",
+        help="run the conformance suite against an installed plugin",
+        description="Run torchplug's conformance checks (torchplug.testing) against the plugin registered as "
+        "NAME: one line per check with its result, time and detail, and the fix for each failure. Checks that "
+        "train start the real Trainer (and, for two devices, real processes); checks that cannot run here are "
+        "skipped with the reason.",
+        epilog=VERIFY_EXIT_CODES,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verify.add_argument("name", help="a registered name or alias, or NAME@PROVIDER")
+    verify.add_argument("--kind", type=_kind, help="look among this kind only (when several kinds use NAME)")
+    verify.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    verify.add_argument("--skip", action="append", default=[], metavar="CHECK", help="do not run CHECK (repeatable)")
+    verify.add_argument("--accelerator", help="for the other kinds: the accelerator to train on")
+    verify.add_argument(
+        "--setenv",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a variable to set during the checks (a scheduler's, for a cluster environment; repeatable)",
+    )
+    verify.add_argument("--timeout", type=float, default=300.0, help="seconds a process a check starts may run")
+    verify.add_argument("-v", "--verbose", action="store_true", help="show the traceback of each failure")
+    verify.set_defaults(handler=_verify)
+    add_new_parser(sub)
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from torchplug.testing._context import UsageError
+    from torchplug.testing._report import format_result, name_width, table_header, verify
+
+    variables = {}
+    for item in args.setenv:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            print(f"core: error: --setenv {item!r} is not KEY=VALUE", file=sys.stderr)
+            return 2
+        variables[key] = value
+    out = sys.stdout
+    width = 0
+
+    def started(report: Any) -> None:
+        nonlocal width
+        width = name_width(report.subject.kind)
+        if not args.json:
+            out.write(f"{report.header()}\n\n{table_header(width)}\n")
+
+    def progress(result: Any) -> None:
+        if not args.json:
+            out.write(format_result(result, width, args.verbose) + "\n")
+            out.flush()
+
+    try:
+        report = verify(
+            args.name,
+            args.kind,
+            skip=dict.fromkeys(args.skip, "skipped on request (--skip)"),
+            host=_host(),
+            accelerator=args.accelerator,
+            variables=variables,
+            timeout=args.timeout,
+            started=started,
+            progress=progress,
+        )
+    except UsageError as exc:
+        print(f"core: error: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump(report.as_dict(), out, indent=2)
+        out.write("\n")
+    else:
+        out.write(f"\n{report.summary()}\n")
+    return 0 if report.conforms else 1
