@@ -172,17 +172,17 @@ class RegistryEntry(Generic[_T]):
     def ensure_available(self) -> None:
         """Load the class and refuse it when it reports that it cannot run on this machine.
 
-        The class is imported in this thread (it is the one the user asked for); its probe,
-        ``is_available()`` and ``unavailable_reason()`` run at the plugin boundary, as in
-        :func:`check_availability`.
+        The class is imported in this thread (it is the one the user asked for). Its
+        ``is_available()`` decides (a class without one is taken as available); the words come
+        from ``unavailable_reason()`` or the probe. These run at the plugin boundary, as in
+        :func:`why_unavailable`.
 
         Raises:
             BrokenPluginError: see :meth:`load`; or the availability check raised (or, as
                 :class:`~torchplug.PluginTimeoutError`, did not finish within the plugin deadline).
             PluginUnavailableError: The class's ``is_available()`` returned False; the message says why.
         """
-        self.load()
-        reason = check_availability(self)
+        reason = why_unavailable(self.load(), self)
         if reason is not None:
             raise PluginUnavailableError(
                 f"{_KIND_LABEL[self.kind]} {self.name!r} from {self.provider} is installed but cannot run "
