@@ -23,6 +23,7 @@ from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
+from torchplug.utilities.devices import check_device_count
 
 __all__ = [
     "AcceleratorArg",
@@ -250,6 +251,8 @@ class _Resolver:
             value, why = devices, f"devices={devices!r}"
         try:
             parsed = accelerator.parse_devices(value)
+            if devices != "auto":
+                check_device_count(accelerator, parsed, devices)
             parallel = list(accelerator.get_parallel_devices(parsed))
         except (TypeError, ValueError) as exc:
             raise MisconfigurationError(str(exc)) from exc
