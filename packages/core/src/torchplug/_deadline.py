@@ -109,11 +109,14 @@ class _Worker(Generic[_T]):
         self.began = time.monotonic()
         self.ticket = Ticket(self.lock)
         self.finished = threading.Event()
+        self.abandoned = False  # set by the waiting thread at a deadline: this worker does nothing more
 
     def run(self) -> None:
         for index in range(self.index, len(self.calls)):
             ticket = Ticket(self.lock)
             with self.lock:
+                if self.abandoned:
+                    return
                 if self.outcomes[index] is not None:  # skipped: its group timed out
                     continue
                 self.index, self.began, self.ticket = index, time.monotonic(), ticket
@@ -129,6 +132,12 @@ class _Worker(Generic[_T]):
                 self.outcomes[index] = outcome
         self.finished.set()
 
+    def abandon(self) -> None:
+        """Give up on this worker: its current call commits nothing, and it starts no other."""
+        with self.lock:
+            self.abandoned = True
+            self.ticket._abandon()
+
     def wait(self, timeout: float) -> int | None:
         """Wait until done (None) or until a call overstays: then abandon it and return its index."""
         remaining = timeout
@@ -139,7 +148,7 @@ class _Worker(Generic[_T]):
                     continue
                 elapsed = time.monotonic() - self.began
                 if elapsed >= timeout:
-                    self.ticket._abandon()
+                    self.abandon()
                     self.outcomes[self.index] = Outcome(timed_out=True, phase=self.ticket.phase, seconds=elapsed)
                     return self.index
                 remaining = timeout - elapsed
@@ -165,7 +174,11 @@ def run_each(calls: Sequence[Call[_T]], timeout: float) -> list[Outcome[_T]]:
         worker = _Worker(calls, outcomes, start)
         thread = threading.Thread(target=worker.run, name=THREAD_NAME, daemon=True)
         thread.start()
-        late = worker.wait(timeout)
+        try:
+            late = worker.wait(timeout)
+        except BaseException:  # Ctrl-C while waiting: the worker must not commit anything after this
+            worker.abandon()
+            raise
         if late is None:
             thread.join()  # it is returning: joined so that no thread is left when a process forks
             break

@@ -29,8 +29,9 @@ _KIND_ALIASES: Final = {
 
 JSON_SCHEMA_HELP: Final = f"""--json prints one object (schema_version {SCHEMA_VERSION}):
   core_version, settings {{autoload, requested, blocked, strict, prefer, timeout}}, discovery_ms,
-  plugins: [{{name, module, distribution, version, state, reason, requires_core, builtin, load_ms,
-             imports_torch (loading it imported torch: a warning on stderr gives the time)}}]
+  plugins: [{{name, module, distribution, version, state, reason, requires_core, builtin, load_ms, imports_torch}}]
+    (imports_torch: loading the plugin imported torch, which a plugin module must not do; the
+    table lists it with the time it took, and --json says so on stderr)
   entries: [{{kind, name, aliases, target, description, init_params,
              provider {{plugin, distribution, version, builtin}}, status, reason,
              detected (cluster environments only: whether detect() says yes here),
