@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from tests.accel_cuda.conftest import FakeGPUs
+from torchplug import SettingsError
 from torchplug_cuda import find_usable_cuda_devices
 from torchplug_cuda._usable import REUSE_ENV, try_cuda_devices
 
@@ -137,8 +139,8 @@ def test_a_rank_started_by_the_launcher_reuses_its_parents_answer(
 
 @pytest.mark.parametrize(
     "stored",
-    ["{this}|2:*|1,2", "{other}|3:*|1,2,3", "{other}|2:0,1,2,3|1,2", "garbage", "{other}|2:*|x,y"],
-    ids=["same-process", "other-count", "other-visible-devices", "garbage", "bad-ids"],
+    ["{this}|2:*|1,2", "{other}|3:*|1,2,3", "{other}|2:0,1,2,3|1,2"],
+    ids=["same-process", "other-count", "other-visible-devices"],
 )
 def test_an_answer_for_another_request_or_this_process_is_not_reused(
     busy_gpus: Busy, monkeypatch: pytest.MonkeyPatch, stored: str
@@ -147,6 +149,18 @@ def test_an_answer_for_another_request_or_this_process_is_not_reused(
     monkeypatch.setenv(REUSE_ENV, stored.format(this=os.getpid(), other=os.getpid() + 1))
     assert find_usable_cuda_devices(2, isolated=False) == [2, 3]
     assert tried == [0, 1, 2, 3]
+
+
+@pytest.mark.parametrize("stored", ["garbage", "{other}|2:*|x,y", "0,1"], ids=["garbage", "bad-ids", "a-device-list"])
+def test_a_value_never_written_by_us_is_an_error_naming_the_variable(
+    busy_gpus: Busy, monkeypatch: pytest.MonkeyPatch, stored: str
+) -> None:
+    tried = busy_gpus(4, busy={0, 1})
+    value = stored.format(other=os.getpid() + 1)
+    monkeypatch.setenv(REUSE_ENV, value)
+    with pytest.raises(SettingsError, match=re.escape(f"{REUSE_ENV}={value!r} is not valid. Allowed: unset, or")):
+        find_usable_cuda_devices(2, isolated=False)
+    assert tried == []
 
 
 # -- the isolated trial, in a real child process ----------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable
@@ -89,10 +90,11 @@ def test_check_imports_each_class_and_counts_devices() -> None:
     assert cpu["check"]["device_count"] == 1
 
 
-def test_broken_plugin_is_listed_with_its_error_and_check_exits_1(make_dist: MakeDist, site_dir: Path) -> None:
+def test_broken_plugin_is_listed_with_its_error_and_exits_1(make_dist: MakeDist, site_dir: Path) -> None:
     make_dist("vendor-broken", plugins={"broken": "import tp_missing_runtime\n"})
     listed = run_core("plugins", "list", site=site_dir)
-    assert listed.returncode == 0
+    assert listed.returncode == 1  # as EXIT_CODES says: a broken plugin is a failure, with or without --check
+    assert run_core("plugins", "list", "--json", site=site_dir).returncode == 1
     assert "Plugins not loaded:" in listed.stdout
     assert "broken           broken       vendor-broken==1.0" in listed.stdout
     assert "ModuleNotFoundError: No module named 'tp_missing_runtime'" in listed.stdout
@@ -149,3 +151,61 @@ def test_help_documents_exit_codes_and_environment_variables() -> None:
     assert result.returncode == 0
     for text in ("exit codes:", "TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD", "TORCHPLUG_BLOCK_PLUGINS", "schema_version"):
         assert text in result.stdout
+
+
+def test_a_plugin_that_blocks_is_listed_broken_and_the_listing_finishes(
+    make_dist: MakeDist, site_dir: Path, tmp_path: Path
+) -> None:
+    make_dist("vendor-stuck", plugins={"stuck": "import time\nwhile True:\n    time.sleep(0.05)\n"})
+    result = run_core("plugins", "list", site=site_dir, TORCHPLUG_PLUGIN_TIMEOUT="0.5")
+    assert result.returncode == 1, result.stderr
+    assert "stuck            broken       vendor-stuck==1.0" in result.stdout
+    assert "did not finish importing within 0.5 s (TORCHPLUG_PLUGIN_TIMEOUT=0.5)" in result.stdout
+    assert any(line.split()[:2] == ["cpu", "accelerator"] for line in result.stdout.splitlines())
+
+
+def test_a_plugin_module_that_imports_torch_is_flagged_with_the_time_it_cost(
+    make_dist: MakeDist, site_dir: Path
+) -> None:
+    make_dist("vendor-heavy", plugins={"heavy": "import torch\n"})
+    table = run_core("plugins", "list", site=site_dir)
+    assert table.returncode == 0, table.stderr
+    flagged = table.stdout.split("Plugins that imported torch while listing (a plugin module must not):\n", 1)[1]
+    assert re.match(r"  heavy +vendor-heavy==1\.0  loading it took \d+\.\d\d s\n", flagged), flagged
+    listed = run_core("plugins", "list", "--json", site=site_dir)
+    record = next(p for p in json.loads(listed.stdout)["plugins"] if p["name"] == "heavy")
+    assert record["imports_torch"] is True
+    assert "Plugins that imported torch while listing" in listed.stderr  # stdout stays one JSON document
+
+
+def test_a_bad_plugin_timeout_exits_2() -> None:
+    result = run_core("plugins", "list", TORCHPLUG_PLUGIN_TIMEOUT="soon")
+    assert result.returncode == 2
+    assert "core: error: TORCHPLUG_PLUGIN_TIMEOUT='soon' is not valid. Allowed: a number >= 0." in result.stderr
+
+
+def test_python_m_torchplug_never_imports_from_the_current_directory(make_dist: MakeDist, tmp_path: Path) -> None:
+    project = tmp_path / "project"
+    project.mkdir()
+    marker = tmp_path / "imported"
+    bait = f"open({str(marker)!r}, 'a').write(__name__ + '\\n')\n"
+    (project / "torch.py").write_text(bait)
+    (project / "tp_test_cwd_plugin.py").write_text(bait)
+    info = project / "tp_test_cwd-1.0.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: tp-test-cwd\nVersion: 1.0\n")
+    (info / "entry_points.txt").write_text("[torchplug.plugins]\ncwd = tp_test_cwd_plugin\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHPLUG_")}
+    env["TORCHPLUG_PLUGINS"] = "tp_test_cwd_plugin"
+    for args in (["plugins", "list", "--json"], ["plugins", "list", "--check", "--kind", "accelerator"]):
+        result = subprocess.run(
+            [sys.executable, "-m", "torchplug", *args],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert "TORCHPLUG_PLUGINS names 'tp_test_cwd_plugin', but no installed plugin" in result.stdout, result.stderr
+        assert "tp-test-cwd" not in result.stdout
+    assert not marker.exists(), marker.read_text()

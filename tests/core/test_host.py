@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
 import sys
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from torchplug import BrokenPluginError, PluginLoadError, PluginSettingsError, UnknownPluginError
+import torchplug._host
+from torchplug import BrokenPluginError, PluginLoadError, PluginSettingsError, PluginTimeoutError, UnknownPluginError
+from torchplug._deadline import THREAD_NAME
 from torchplug._host import PluginHost, plugin_host
 from torchplug._settings import PluginSettings
 
@@ -186,19 +192,34 @@ def test_blocked_plugins_are_not_imported(
     assert f"{prefix}_blk" not in sys.modules
 
 
-def test_named_module_outside_any_distribution_loads(
-    site_dir: Path, new_host: NewHost, plugin_source: Callable[..., str]
+def test_a_module_on_sys_path_is_never_loaded_by_name(
+    site_dir: Path, new_host: NewHost, tmp_path: Path, plugin_source: Callable[..., str]
 ) -> None:
-    (site_dir / "tp_test_local_plugin.py").write_text(plugin_source("localaccel").replace("\n    ", "\n"))
+    marker = tmp_path / "imported"
+    code = f"open({str(marker)!r}, 'w').close()\n" + plugin_source("localaccel").replace("\n    ", "\n")
+    (site_dir / "tp_test_local_plugin.py").write_text(code)
     host = new_host(requested=("tp_test_local_plugin",))
-    assert _record(host, "tp_test_local_plugin").state == "ok"
-    assert "localaccel" in host.registry("accelerator")
+    record = _record(host, "tp_test_local_plugin")
+    assert record.state == "broken"
+    assert "TORCHPLUG_PLUGINS selects installed plugins only" in record.reason
+    assert not marker.exists()
+    assert "tp_test_local_plugin" not in sys.modules
+    assert "localaccel" not in host.registry("accelerator")
 
 
 def test_named_plugin_that_does_not_exist_is_broken_with_a_clear_reason(new_host: NewHost) -> None:
     record = _record(new_host(requested=("tp_nowhere",)), "tp_nowhere")
     assert record.state == "broken"
-    assert "TORCHPLUG_PLUGINS names 'tp_nowhere', but no plugin entry point, distribution or module" in record.reason
+    assert (
+        "TORCHPLUG_PLUGINS names 'tp_nowhere', but no installed plugin has that entry-point, distribution or "
+        "module name." in record.reason
+    )
+
+
+def test_a_distribution_without_a_plugin_entry_point_is_named_as_such(new_host: NewHost) -> None:
+    record = _record(new_host(requested=("pluggy",)), "pluggy")
+    assert record.state == "broken"
+    assert "The distribution pluggy is installed but declares no 'torchplug.plugins' entry point." in record.reason
 
 
 def test_lightning_style_classmethod_registration(make_dist: MakeDist, new_host: NewHost) -> None:
@@ -256,6 +277,7 @@ def test_settings_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
         blocked=("c",),
         strict=True,
         prefer={"xpu": "vendor-a", "gpu": "accel-cuda"},
+        timeout=30.0,
     )
 
 
@@ -281,3 +303,187 @@ def test_call_each_isolates_failing_implementations(make_dist: MakeDist, new_hos
 
 def test_process_wide_host_is_a_singleton() -> None:
     assert plugin_host() is plugin_host()
+
+
+def test_lightning_parameter_names_are_accepted(make_dist: MakeDist, new_host: NewHost) -> None:
+    make_dist(
+        "vendor-lit",
+        entry_points={"lit": "PREFIX_accel:LitAccelerator", "litddp": "PREFIX_accel:LitStrategy"},
+        modules={
+            "PREFIX_accel": """
+        from torchplug.accelerators.cpu import CPUAccelerator
+        from torchplug.strategies.ddp import DDPStrategy
+
+        class LitAccelerator(CPUAccelerator):
+            @classmethod
+            def register_accelerators(cls, accelerator_registry):
+                accelerator_registry.register("lit", cls, description="Lightning's parameter name")
+
+        class LitStrategy(DDPStrategy):
+            @classmethod
+            def register_strategies(cls, strategy_registry):
+                strategy_registry.register("lit_ddp", cls, description="Lightning's parameter name")
+    """
+        },
+    )
+    host = new_host()
+    assert {_record(host, "lit").state, _record(host, "litddp").state} == {"ok"}
+    assert host.registry("accelerator").resolve("lit").provider.distribution == "vendor-lit"
+    assert host.registry("strategy").resolve("lit_ddp").description == "Lightning's parameter name"
+
+
+# -- deadlines: a plugin that blocks never hangs discovery -------------------------------------------
+
+#: A loop that waits for a file to appear: the test releases the plugin once it was left behind.
+WAIT = """
+import os, time
+
+def wait():
+    while not os.path.exists({release!r}):
+        time.sleep(0.01)
+"""
+
+BLOCKS_AT_IMPORT = (
+    WAIT
+    + """
+wait()
+
+def torchplug_register_accelerators(registry):
+    registry.register("lateaccel", "torchplug.accelerators.cpu:CPUAccelerator")
+"""
+)
+
+BLOCKS_IN_HOOK = (
+    WAIT
+    + """
+def torchplug_register_accelerators(registry):
+    registry.register("earlyaccel", "torchplug.accelerators.cpu:CPUAccelerator")
+    wait()
+    registry.register("lateaccel", "torchplug.accelerators.cpu:CPUAccelerator")
+"""
+)
+
+
+def _join_workers() -> None:
+    """Wait for abandoned plugin workers (released by the test) to finish what they were doing."""
+    for thread in threading.enumerate():
+        if thread.name == THREAD_NAME:
+            thread.join(10)
+            assert not thread.is_alive()
+
+
+def test_a_plugin_that_blocks_at_import_is_left_behind_and_never_registers_late(
+    make_dist: MakeDist, new_host: NewHost, tmp_path: Path, plugin_source: Callable[..., str]
+) -> None:
+    release = tmp_path / "release"
+    make_dist("vendor-a-stuck", plugins={"stuck": BLOCKS_AT_IMPORT.format(release=str(release))})
+    make_dist("vendor-b-good", plugins={"good": plugin_source("goodaccel")})
+    host = new_host(timeout=0.3)
+    start = time.monotonic()
+    host.ensure_loaded()
+    assert time.monotonic() - start < 5
+    stuck = _record(host, "stuck")
+    assert stuck.state == "broken"
+    assert isinstance(stuck.error, PluginTimeoutError)
+    assert stuck.reason.startswith(
+        "PluginTimeoutError: plugin 'stuck' from vendor-a-stuck 1.0 did not finish importing within 0.3 s "
+        "(TORCHPLUG_PLUGIN_TIMEOUT=0.3)"
+    )
+    assert _record(host, "good").state == "ok"
+    release.touch()
+    _join_workers()
+    assert "lateaccel" not in host.registry("accelerator")
+    assert host.plugin_manager.get_plugin(stuck.key) is None
+
+
+def test_a_plugin_whose_hook_blocks_keeps_nothing_it_registered(
+    make_dist: MakeDist, new_host: NewHost, tmp_path: Path
+) -> None:
+    release = tmp_path / "release"
+    make_dist("vendor-hook-stuck", plugins={"hookstuck": BLOCKS_IN_HOOK.format(release=str(release))})
+    host = new_host(timeout=0.3)
+    record = _record(host, "hookstuck")
+    assert "did not finish running its torchplug_register_accelerators hook within 0.3 s" in record.reason
+    with pytest.raises(PluginTimeoutError, match=r"from vendor-hook-stuck 1\.0 is broken: PluginTimeoutError"):
+        host.registry("accelerator").get("earlyaccel")
+    release.touch()
+    _join_workers()
+    assert "lateaccel" not in host.registry("accelerator")
+    assert record.state == "broken"
+
+
+def test_an_abandoned_plugin_never_keeps_the_process_alive(make_dist: MakeDist, site_dir: Path, tmp_path: Path) -> None:
+    make_dist("vendor-forever", plugins={"forever": BLOCKS_AT_IMPORT.format(release=str(tmp_path / "never"))})
+    code = (
+        "import torchplug\n"
+        "print(torchplug.AcceleratorRegistry.resolve('cpu').name)\n"
+        "print([r.state for r in torchplug.plugin_host().records if r.name == 'forever'])\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHPLUG_")}
+    env.update(PYTHONPATH=str(site_dir), TORCHPLUG_PLUGIN_TIMEOUT="0.5")
+    start = time.monotonic()
+    result = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["cpu", "['broken']"]
+    assert time.monotonic() - start < 30
+
+
+def test_no_deadline_loads_plugins_in_the_calling_thread(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str]
+) -> None:
+    make_dist("vendor-inline", plugins={"inline": plugin_source("inlineaccel")})
+    host = new_host(timeout=0.0)
+    threads = threading.active_count()
+    assert _record(host, "inline").state == "ok"
+    assert threading.active_count() == threads
+
+
+# -- settings: checked before any registry is touched ---------------------------------------------
+
+
+def test_a_bad_setting_leaves_the_registries_untouched_and_the_host_retryable(monkeypatch: pytest.MonkeyPatch) -> None:
+    host = PluginHost()
+    monkeypatch.setenv("TORCHPLUG_STRICT_PLUGINS", "maybe")
+    for _ in range(2):  # the same error each time, never "Unknown accelerator 'cpu'. Installed: (none)"
+        with pytest.raises(PluginSettingsError, match=r"TORCHPLUG_STRICT_PLUGINS='maybe' is not a boolean"):
+            host.registry("accelerator").resolve("cpu")
+    assert host.registry("accelerator")._entries == []
+    monkeypatch.setenv("TORCHPLUG_STRICT_PLUGINS", "0")
+    assert host.registry("accelerator").resolve("cpu").name == "cpu"
+
+
+def test_a_discovery_that_fails_midway_leaves_nothing_half_built(
+    monkeypatch: pytest.MonkeyPatch, new_host: NewHost
+) -> None:
+    host = new_host()
+
+    def broken_scan(core: str) -> list[object]:
+        raise OSError("site-packages went away")
+
+    monkeypatch.setattr(torchplug._host, "scan", broken_scan)
+    with pytest.raises(OSError, match="site-packages went away"):
+        host.ensure_loaded()
+    assert host.registry("accelerator")._entries == []  # the built-ins registered before the failure are gone
+    monkeypatch.undo()
+    assert host.registry("accelerator").resolve("cpu").provider.builtin
+
+
+@pytest.mark.parametrize(
+    ("value", "message"),
+    [
+        ("abc", "TORCHPLUG_PLUGIN_TIMEOUT='abc' is not valid. Allowed: a number >= 0."),
+        ("-1", "TORCHPLUG_PLUGIN_TIMEOUT='-1' is not valid. Allowed: a number >= 0."),
+        ("nan", "TORCHPLUG_PLUGIN_TIMEOUT='nan' is not valid. Allowed: a number >= 0."),
+    ],
+)
+def test_a_bad_plugin_timeout_is_refused(monkeypatch: pytest.MonkeyPatch, value: str, message: str) -> None:
+    monkeypatch.setenv("TORCHPLUG_PLUGIN_TIMEOUT", value)
+    with pytest.raises(PluginSettingsError) as info:
+        PluginSettings.from_env()
+    assert str(info.value) == message
+
+
+def test_plugin_timeout_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert PluginSettings.from_env({}).timeout == 30.0
+    assert PluginSettings.from_env({"TORCHPLUG_PLUGIN_TIMEOUT": "2.5"}).timeout == 2.5
+    assert PluginSettings.from_env({"TORCHPLUG_PLUGIN_TIMEOUT": "0"}).timeout == 0.0

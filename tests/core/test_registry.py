@@ -2,17 +2,20 @@
 
 from __future__ import annotations
 
+import re
 import sys
+import threading
 
 import pytest
 
 from torchplug import (
     BrokenPluginError,
     PluginConflictError,
+    PluginTimeoutError,
     PluginUnavailableError,
     UnknownPluginError,
 )
-from torchplug._registry import Provider, Registry
+from torchplug._registry import Provider, Registry, check_availabilities, check_availability, why_unavailable
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.accelerators.cpu import CPUAccelerator
 
@@ -250,3 +253,76 @@ def test_invalid_targets_are_rejected(registry: Registry, bad: object) -> None:
 def test_unknown_kind_is_rejected() -> None:
     with pytest.raises(ValueError, match="Unknown plugin kind 'accelerators'"):
         Registry("accelerators")
+
+
+# -- availability at the plugin boundary --------------------------------------------------------
+
+
+class _Raising(CPUAccelerator):
+    @staticmethod
+    def is_available() -> bool:
+        raise RuntimeError("driver handshake failed")
+
+
+class _Blocking(CPUAccelerator):
+    release = threading.Event()
+
+    @staticmethod
+    def is_available() -> bool:
+        _Blocking.release.wait(30)
+        return True
+
+
+def test_is_available_that_raises_is_a_torchplug_error_naming_the_provider(host: _Host, registry: Registry) -> None:
+    _as(host, VENDOR_A, registry, "raising", _Raising)
+    entry = registry.resolve("raising")
+    expected = "Accelerator 'raising' from vendor-a 1.0: is_available() raised RuntimeError: driver handshake failed"
+    with pytest.raises(BrokenPluginError) as info:
+        check_availability(entry)
+    assert str(info.value) == expected
+    assert isinstance(info.value.__cause__, RuntimeError)
+    with pytest.raises(BrokenPluginError, match=re.escape(expected)):
+        registry.get("raising")
+    with pytest.raises(BrokenPluginError, match="_Raising: is_available\\(\\) raised RuntimeError"):
+        why_unavailable(_Raising)
+
+
+def test_is_available_that_blocks_is_left_behind_at_the_deadline(
+    host: _Host, registry: Registry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHPLUG_PLUGIN_TIMEOUT", "0.2")
+    _as(host, VENDOR_A, registry, "blocking", _Blocking)
+    _as(host, VENDOR_B, registry, "raising", _Raising)
+    try:
+        results = check_availabilities([registry.resolve("blocking"), registry.resolve("raising")])
+    finally:
+        _Blocking.release.set()
+    assert isinstance(results[0], PluginTimeoutError)
+    assert str(results[0]).startswith(
+        "Accelerator 'blocking' from vendor-a 1.0 did not finish running is_available() within 0.2 s "
+        "(TORCHPLUG_PLUGIN_TIMEOUT=0.2). Hint: "
+    )
+    assert isinstance(results[1], BrokenPluginError)  # the next plugin is still asked
+
+
+def test_the_cores_own_entries_are_asked_in_this_thread(registry: Registry, monkeypatch: pytest.MonkeyPatch) -> None:
+    seen: list[str] = []
+
+    class _Here(CPUAccelerator):
+        @staticmethod
+        def is_available() -> bool:
+            seen.append(threading.current_thread().name)
+            return True
+
+    registry.register("here", _Here)
+    entry = registry.resolve("here")
+    monkeypatch.setattr(entry, "provider", Provider("builtin", "core", "0.1.0", builtin=True))
+    assert check_availability(entry) is None
+    assert seen == [threading.current_thread().name]
+
+
+def test_a_probe_that_says_no_spares_the_import(host: _Host, registry: Registry) -> None:
+    _as(host, VENDOR_A, registry, "probed", "tp_test_never_imported:Accelerator", probe=lambda: "no device here")
+    entry = registry.resolve("probed")
+    assert check_availability(entry) == "no device here"
+    assert not entry.is_loaded

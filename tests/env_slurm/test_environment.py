@@ -9,7 +9,7 @@ import pytest
 
 from tests.env_slurm.test_detection import SRUN_TASK
 from tests.environment_support import set_env
-from torchplug import MisconfigurationError
+from torchplug import MisconfigurationError, SettingsError
 from torchplug_slurm import SLURMEnvironment
 from torchplug_slurm._rendezvous import PORT_BASE, PORT_SPAN, derive_port
 from torchplug_slurm._variables import BATCH_STEP_ID, expand_counts
@@ -309,3 +309,26 @@ def test_auto_requeue_from_the_environment(monkeypatch: pytest.MonkeyPatch, valu
     monkeypatch.setenv("TORCHPLUG_SLURM_AUTO_REQUEUE", value)
     assert SLURMEnvironment().auto_requeue is expected
     assert SLURMEnvironment(auto_requeue=True).auto_requeue is True
+
+
+@pytest.mark.parametrize(
+    ("name", "value", "message"),
+    [
+        ("TORCHPLUG_SLURM_AUTO_REQUEUE", "maybe", "TORCHPLUG_SLURM_AUTO_REQUEUE='maybe' is not a boolean. Hint: use"),
+        ("TORCHPLUG_SLURM_REQUEUE_SIGNAL", "nope", "TORCHPLUG_SLURM_REQUEUE_SIGNAL='nope' is not a signal"),
+        ("TORCHPLUG_SLURM_SCONTROL", "/no/such/scontrol", "TORCHPLUG_SLURM_SCONTROL='/no/such/scontrol' is not an"),
+    ],
+    ids=["auto-requeue", "signal", "scontrol"],
+)
+def test_a_bad_variable_is_refused_when_the_environment_is_made(
+    monkeypatch: pytest.MonkeyPatch, name: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv(name, value)
+    with pytest.raises(SettingsError) as info:
+        SLURMEnvironment()
+    assert str(info.value).startswith(message)
+
+
+def test_scontrol_is_not_checked_when_requeueing_is_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TORCHPLUG_SLURM_SCONTROL", "/no/such/scontrol")
+    assert SLURMEnvironment(auto_requeue=False).auto_requeue is False

@@ -72,7 +72,7 @@ def test_plugins_named_in_torchplug_plugins_load_with_autoload_off(zoo: Scenario
 
 
 def test_blocking_by_entry_point_name(zoo: Scenario) -> None:
-    listing = zoo.listing(env={"TORCHPLUG_BLOCK_PLUGINS": "npu, typo ,importerror"})
+    listing = zoo.listing(env={"TORCHPLUG_BLOCK_PLUGINS": "npu, typo ,importerror"}, expect_exit=1)  # oldcore
     assert listing.data["settings"]["blocked"] == ["npu", "typo", "importerror"]
     assert listing.states() == {
         "core": "ok",

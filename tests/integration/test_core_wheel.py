@@ -68,6 +68,7 @@ def test_builtins_in_json(core_only: Scenario, core_wheel: Wheel) -> None:
             "requires_core": None,
             "builtin": True,
             "load_ms": listing.plugins[0]["load_ms"],
+            "imports_torch": False,
         }
     ]
     provider = {"plugin": "builtin", "distribution": "core", "version": core_wheel.version, "builtin": True}
@@ -130,5 +131,12 @@ def test_json_follows_the_documented_schema(core_only: Scenario, check: bool) ->
     assert legend is not None, help_text
     assert {p["state"] for p in data["plugins"]} <= set(legend.group(1).split(", "))
     assert {e["status"] for e in data["entries"]} <= set(legend.group(2).split(", "))
-    assert data["settings"] == {"autoload": True, "requested": [], "blocked": [], "strict": False, "prefer": {}}
+    assert data["settings"] == {
+        "autoload": True,
+        "requested": [],
+        "blocked": [],
+        "strict": False,
+        "prefer": {},
+        "timeout": 30.0,
+    }
     assert isinstance(data["discovery_ms"], float)

@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader
 
+from torchplug import SettingsError
 from torchplug.callbacks import ProgressBar
 from torchplug.loggers.csv_logs import CSVLogger
 from torchplug.utilities.table import format_results, format_table, print_results
@@ -92,6 +93,13 @@ def test_environment_variable_and_terminal(make_trainer, tiny_model, data, monke
     trainer = make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[ProgressBar(stream=stream)])
     trainer.fit(tiny_model(), data())
     assert ("Epoch 0" in stream.getvalue()) is shown
+
+
+def test_a_bad_environment_variable_is_an_error_naming_it(make_trainer, tiny_model, data, monkeypatch):
+    monkeypatch.setenv("TORCHPLUG_PROGRESS_BAR", "maybe")
+    trainer = make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[ProgressBar(stream=Terminal())])
+    with pytest.raises(SettingsError, match=r"TORCHPLUG_PROGRESS_BAR='maybe' is not a boolean\. Hint: use"):
+        trainer.fit(tiny_model(), data())
 
 
 def test_force_false_and_refresh_rate_0_hide_the_bar(make_trainer, tiny_model, data):

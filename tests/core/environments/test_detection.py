@@ -5,13 +5,14 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import ClassVar
 
 import pytest
 from tests.environment_support import set_env
 
-from torchplug import BrokenPluginError, MisconfigurationError, UnknownPluginError
+from torchplug import BrokenPluginError, MisconfigurationError, SettingsError, UnknownPluginError
 from torchplug._registry import Provider, Registry
 from torchplug.environments.detection import (
     CLUSTER_ENVIRONMENT_VAR,
@@ -367,3 +368,33 @@ print(selection.name, "torch" in sys.modules, "mpi4py" in sys.modules)
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=False)
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["mpi", "False", "False"]
+
+
+class BlockingDetect(LocalEnvironment):
+    detect_priority: ClassVar[int] = 95
+    release = threading.Event()
+
+    @classmethod
+    def detect(cls) -> bool:
+        cls.release.wait(30)
+        return True
+
+
+def test_a_detect_that_blocks_is_left_behind_and_detection_goes_on(monkeypatch: pytest.MonkeyPatch) -> None:
+    set_env(monkeypatch, {**SLURM, "TORCHPLUG_PLUGIN_TIMEOUT": "0.2"})
+    try:
+        selection = select_cluster_environment(registry(blocking=BlockingDetect))
+    finally:
+        BlockingDetect.release.set()
+    assert selection.name == "slurm"
+    assert selection.trace[1].startswith(
+        "blocking: broken: Cluster environment 'blocking' from user code (registered at run time) did not finish "
+        "running detect() within 0.2 s (TORCHPLUG_PLUGIN_TIMEOUT=0.2)."
+    )
+
+
+def test_a_skip_list_that_is_not_a_list_of_names_is_refused() -> None:
+    with pytest.raises(
+        SettingsError, match=r"TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS='slurm;mpi' has the item 'slurm;mpi'"
+    ):
+        select_cluster_environment(registry(), {SKIP_CLUSTER_ENVIRONMENTS_VAR: "slurm;mpi"})

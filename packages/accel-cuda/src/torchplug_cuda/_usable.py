@@ -104,15 +104,27 @@ def _check_request(num_devices: int) -> int:
 
 
 def _inherited(key: str) -> list[int] | None:
-    """The answer a parent process found for the same request, if this process inherited one."""
-    pid, _, rest = os.environ.get(REUSE_ENV, "").partition("|")
+    """The answer a parent process found for the same request, if this process inherited one.
+
+    Raises:
+        SettingsError: The variable holds something :func:`find_usable_cuda_devices` never writes.
+    """
+    value = os.environ.get(REUSE_ENV, "").strip()
+    if not value:
+        return None
+    pid, _, rest = value.partition("|")
     stored_key, _, ids = rest.rpartition("|")
-    if not pid or pid == str(os.getpid()) or stored_key != key:
-        return None
-    try:
-        return [int(i) for i in ids.split(",")]
-    except ValueError:  # not written by us: ignore it
-        return None
+    if not (pid.isdigit() and stored_key and all(i.isdigit() for i in ids.split(","))):
+        from torchplug import SettingsError
+
+        raise SettingsError(
+            f"{REUSE_ENV}={value!r} is not valid. Allowed: unset, or PID|REQUEST|IDS as find_usable_cuda_devices "
+            f"writes it for the processes it launches (for example '4242|2:*|0,1'). Hint: unset {REUSE_ENV}; "
+            "choose GPUs with CUDA_VISIBLE_DEVICES or Trainer(devices=[...])."
+        )
+    if pid == str(os.getpid()) or stored_key != key:
+        return None  # written by this process, or for another request: not an answer to this one
+    return [int(i) for i in ids.split(",")]
 
 
 def _try_in_child(count: int, limit: int | None, timeout: float) -> dict[int, str | None]:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Callable, Iterable
 from typing import Any, ClassVar, Final
 
@@ -12,6 +11,7 @@ from typing_extensions import override
 
 from torchplug import Accelerator, CheckpointIO, MisconfigurationError, Precision
 from torchplug.strategies.single_device import SingleDeviceStrategy
+from torchplug.utilities.env_vars import env_int
 from torchplug_ipu import _vendor
 from torchplug_ipu._data import poptorch_loader
 from torchplug_ipu._step import StepModule, micro_batches, tensor_arguments
@@ -145,9 +145,9 @@ class IPUStrategy(SingleDeviceStrategy):
         options.deviceIterations(iterations)
         options.replicationFactor(self.replication_factor)
         options.Training.gradientAccumulation(accumulation)
-        seed = os.environ.get("TORCHPLUG_GLOBAL_SEED")
+        seed = env_int("TORCHPLUG_GLOBAL_SEED", None, minimum=0, maximum=2**32 - 1)
         if seed is not None:
-            options.randomSeed(int(seed))
+            options.randomSeed(seed)
         if isinstance(self.precision, IPUPrecision):
             self.precision.configure_options(options, training)
         return options

@@ -21,6 +21,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CORE_DISTRIBUTION",
     "ENTRY_POINT_GROUP",
+    "FAILED_STATES",
     "STATES",
     "PluginRecord",
     "Provider",
@@ -38,12 +39,16 @@ CORE_DISTRIBUTION: Final = "core"
 #: Every state a plugin can end in, with what it means (the listing's legend).
 STATES: Final[dict[str, str]] = {
     "ok": "loaded; its names are registered",
-    "broken": "its import or one of its hooks raised; its names raise that error",
+    "broken": "its import or one of its hooks raised, or did not finish within TORCHPLUG_PLUGIN_TIMEOUT; "
+    "its names raise that error",
     "incompatible": "its requirement on core excludes the installed core; not imported",
     "blocked": "named in TORCHPLUG_BLOCK_PLUGINS; not imported",
     "disabled": "autoload is off and it is not named in TORCHPLUG_PLUGINS; not imported",
     "shadowed": "another copy of the same distribution comes first on sys.path; not imported",
 }
+
+#: The states that make ``core plugins list`` exit 1 (and ``TORCHPLUG_STRICT_PLUGINS=1`` raise).
+FAILED_STATES: Final = frozenset({"broken", "incompatible"})
 
 _SEPARATORS: Final = re.compile(r"[-_.]+")
 
@@ -113,6 +118,8 @@ class PluginRecord:
         requires_core: The distribution's requirement on ``core`` (for example ``">=0.1,<0.2"``).
         location: Where the distribution is installed.
         load_seconds: Time spent importing it and running its registration hooks.
+        imports_torch: Loading it imported torch (which a plugin module must not do: the listing
+            flags it with the time it cost).
         builtin: True for the core's own plugins.
         entry_point: The entry point itself (None for built-ins and named modules).
     """
@@ -128,6 +135,7 @@ class PluginRecord:
     requires_core: str | None = None
     location: str | None = None
     load_seconds: float = 0.0
+    imports_torch: bool = False
     builtin: bool = False
     entry_point: metadata.EntryPoint | None = field(default=None, repr=False)
     _provider: Provider | None = field(default=None, repr=False)
@@ -161,6 +169,7 @@ class PluginRecord:
             "requires_core": self.requires_core,
             "builtin": self.builtin,
             "load_ms": round(self.load_seconds * 1000, 3),
+            "imports_torch": self.imports_torch,
         }
         if verbose:
             data["location"] = self.location

@@ -11,7 +11,9 @@ __all__ = [
     "PluginError",
     "PluginLoadError",
     "PluginSettingsError",
+    "PluginTimeoutError",
     "PluginUnavailableError",
+    "SettingsError",
     "TorchplugError",
     "UnknownPluginError",
 ]
@@ -25,6 +27,14 @@ class MisconfigurationError(TorchplugError, ValueError):
     """The arguments given to the Trainer (or the command line) do not fit together.
 
     The message names the arguments as the user wrote them and lists the valid choices.
+    """
+
+
+class SettingsError(MisconfigurationError):
+    """A ``TORCHPLUG_*`` environment variable holds a value that cannot be understood.
+
+    The message names the variable, quotes its value, and lists the values it accepts. Raised where
+    the variable is read, before anything is done with it.
     """
 
 
@@ -46,7 +56,18 @@ class UnknownPluginError(PluginError, LookupError):
 
 
 class BrokenPluginError(PluginError, ImportError):
-    """The plugin that provides the requested name failed to load; the cause is chained."""
+    """The plugin that provides the requested name failed to load, or its code raised; the cause is chained.
+
+    The message names the plugin's distribution and quotes the original error.
+    """
+
+
+class PluginTimeoutError(BrokenPluginError):
+    """Plugin code (an import, a hook, ``is_available()``, a probe) did not finish within its deadline.
+
+    The deadline is ``TORCHPLUG_PLUGIN_TIMEOUT`` seconds (30 by default). The plugin is recorded
+    as broken and left behind; the others carry on.
+    """
 
 
 class PluginUnavailableError(PluginError, RuntimeError):
@@ -68,5 +89,8 @@ class PluginLoadError(PluginError):
     """Raised by discovery when ``TORCHPLUG_STRICT_PLUGINS=1`` and some plugin failed to load."""
 
 
-class PluginSettingsError(PluginError, ValueError):
-    """A ``TORCHPLUG_*`` environment variable holds a value that cannot be understood."""
+class PluginSettingsError(SettingsError, PluginError):
+    """A ``TORCHPLUG_*`` variable that controls plugin discovery holds a value that cannot be understood.
+
+    Raised before discovery starts, so that no registry is left half-built.
+    """

@@ -3,26 +3,44 @@
 pluggy's ``load_setuptools_entrypoints`` stops at the first plugin that fails to import and lets
 install order decide name conflicts. This loader instead loads each plugin inside its own guard,
 records a state for every plugin, and leaves conflicts to the registry's documented rules.
+
+The core's built-ins load inline. Third-party plugins load in a worker thread, each within the
+plugin deadline (``TORCHPLUG_PLUGIN_TIMEOUT``, see :mod:`torchplug._deadline`): a plugin that
+blocks at import or in a hook is recorded as broken ("did not finish importing within 30 s") and
+the others carry on. What a plugin registers is committed only while its deadline holds, so a
+plugin that finishes late never registers anything.
 """
 
 from __future__ import annotations
 
+import functools
 import importlib
 import inspect
+import sys
 import threading
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any, Final, Literal, cast, overload
 
 import pluggy
 from typing_extensions import override
 
 from torchplug import hookspecs
-from torchplug._discovery import CORE_DISTRIBUTION, PluginRecord, Provider, canonicalize_name, core_version, scan
-from torchplug._errors import PluginError, PluginLoadError
-from torchplug._registry import KINDS, Registry
-from torchplug._settings import PluginSettings
+from torchplug._deadline import Outcome, Ticket, describe_timeout, run_each
+from torchplug._discovery import (
+    CORE_DISTRIBUTION,
+    ENTRY_POINT_GROUP,
+    PluginRecord,
+    Provider,
+    canonicalize_name,
+    core_version,
+    scan,
+)
+from torchplug._errors import PluginError, PluginLoadError, PluginTimeoutError
+from torchplug._registry import KINDS, RUNTIME, Registry
+from torchplug._settings import TIMEOUT, PluginSettings
 
 if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
@@ -47,10 +65,11 @@ _CLASSMETHOD_HOOKS: Final = {
 
 
 class _PluginManager(pluggy.PluginManager):
-    """Accepts undecorated ``torchplug_*`` functions and Lightning-style ``register_*`` classmethods.
+    """Accepts undecorated ``torchplug_*`` functions as hook implementations.
 
     Taking every ``torchplug_``-prefixed function as a hook implementation (as pytest does with
     ``pytest_``) is what lets a misspelt hook name be reported instead of silently ignored.
+    Lightning-style ``register_*`` classmethods reach the hooks through :func:`_class_plugin`.
     """
 
     @override
@@ -72,11 +91,43 @@ class _PluginManager(pluggy.PluginManager):
             attr = attr.__func__
         if not inspect.isfunction(attr):
             return None
-        if name.startswith("torchplug_"):
-            return cast(pluggy.HookimplOpts, {})
-        if isinstance(plugin, type) and name in _CLASSMETHOD_HOOKS:
-            return cast(pluggy.HookimplOpts, {"specname": _CLASSMETHOD_HOOKS[name]})
-        return None
+        return cast(pluggy.HookimplOpts, {}) if name.startswith("torchplug_") else None
+
+
+def _class_plugin(cls: type) -> types.ModuleType:
+    """The plugin object for a class named directly by an entry point (Lightning's style).
+
+    Its hooks call the class's ``register_accelerators(cls, accelerator_registry)``-style
+    classmethods positionally, so that any parameter name works (Lightning names it
+    ``accelerator_registry``, ``strategy_registry``...; pluggy would match hooks by name). The
+    class's own ``torchplug_*`` functions are hooks too.
+    """
+    plugin = types.ModuleType(f"{cls.__module__}:{cls.__qualname__}", cls.__doc__)
+    for attr in dir(cls):
+        if attr.startswith("torchplug_") and callable(getattr(cls, attr, None)):
+            plugin.__dict__[attr] = _forward(getattr(cls, attr))
+    for method, hook_name in _CLASSMETHOD_HOOKS.items():
+        if callable(getattr(cls, method, None)) and hook_name not in plugin.__dict__:
+            plugin.__dict__[hook_name] = _forward_registry(getattr(cls, method))
+    plugin.__dict__["target"] = cls
+    return plugin
+
+
+def _forward(function: Callable[..., Any]) -> Callable[..., Any]:
+    """A plain function calling ``function`` (a bound classmethod or a staticmethod), with its signature."""
+
+    @functools.wraps(function)  # pluggy reads the argument names and the hookimpl marker through it
+    def hook(*args: Any) -> Any:
+        return function(*args)
+
+    return hook
+
+
+def _forward_registry(method: Callable[[Any], Any]) -> Callable[[Any], Any]:
+    def hook(registry: Any) -> Any:
+        return method(registry)
+
+    return hook
 
 
 class PluginHost:
@@ -94,9 +145,12 @@ class PluginHost:
         self._pm = self._new_manager()
         self._state = "new"
         self._lock = threading.RLock()
-        self._current: Provider | None = None
+        # The plugin a thread is loading, and its ticket: registrations are stamped with the one
+        # and committed under the other (see _deadline), whichever thread the plugin runs in.
+        self._local = threading.local()
         self._strict_error: PluginLoadError | None = None
         self._active_settings: PluginSettings | None = None
+        self._class_plugins: dict[type, types.ModuleType] = {}
 
     @staticmethod
     def _new_manager() -> _PluginManager:
@@ -107,21 +161,52 @@ class PluginHost:
     # -- RegistryHost protocol ----------------------------------------------------------------
 
     def ensure_loaded(self) -> None:
-        """Run discovery if it has not run yet (thread-safe; re-entrant calls return at once)."""
-        if self._state != "loaded":
+        """Run discovery if it has not run yet (thread-safe; calls made by a loading plugin return at once).
+
+        The discovery settings are read and checked first, so a bad ``TORCHPLUG_*`` value raises
+        :class:`~torchplug.PluginSettingsError` with every registry untouched; a discovery that
+        fails leaves nothing half-built, and the next call tries again.
+
+        Raises:
+            PluginSettingsError: A discovery variable holds a bad value.
+            PluginLoadError: ``TORCHPLUG_STRICT_PLUGINS=1`` and a plugin failed to load.
+        """
+        if self._state != "loaded" and getattr(self._local, "ticket", None) is None:
             with self._lock:  # an RLock: the loading thread itself passes straight through
                 if self._state == "new":
+                    settings = self.settings
                     self._state = "loading"
                     try:
-                        self._load()
-                    finally:
-                        self._state = "loaded"
+                        self._load(settings)
+                    except BaseException:
+                        self._reset(self._settings)
+                        raise
+                    self._state = "loaded"
         if self._strict_error is not None and self._state == "loaded":
             raise self._strict_error
 
     def current_provider(self) -> Provider | None:
-        """The plugin being loaded right now (registrations are stamped with it), else None."""
-        return self._current
+        """The plugin this thread is loading right now (registrations are stamped with it), else None."""
+        provider: Provider | None = getattr(self._local, "provider", None)
+        return provider
+
+    @contextmanager
+    def registering(self) -> Iterator[Provider]:
+        """Hold while one registration is applied: yields its provider, and refuses a late one.
+
+        A plugin loading in a worker thread commits its registrations only while its deadline
+        holds; one that finishes late gets :class:`~torchplug._deadline.Abandoned` instead.
+        """
+        ticket: Ticket | None = getattr(self._local, "ticket", None)
+        if ticket is None:
+            yield self.current_provider() or self._runtime_provider()
+            return
+        with ticket.committing():
+            yield self._local.provider
+
+    def _runtime_provider(self) -> Provider:
+        self.ensure_loaded()
+        return RUNTIME
 
     def failed_plugins(self) -> list[PluginRecord]:
         """Plugins that were found but did not load, in listing order."""
@@ -185,52 +270,62 @@ class PluginHost:
         registered at run time by user code are dropped too.
         """
         with self._lock:
-            self._pm = self._new_manager()
-            for registry in self.registries.values():
-                registry.clear()
-            self._records = []
-            self._settings = settings
-            self._active_settings = None
-            self._strict_error = None
-            self._state = "new"
+            self._reset(settings)
+
+    def _reset(self, settings: PluginSettings | None) -> None:
+        self._pm = self._new_manager()
+        for registry in self.registries.values():
+            registry.clear()
+        self._records = []
+        self._settings = settings
+        self._active_settings = None
+        self._strict_error = None
+        self._state = "new"
 
     def call_each(self, hook_name: str, **kwargs: Any) -> list[tuple[PluginRecord, Any, BaseException | None]]:
-        """Call one hook on every loaded plugin, each in its own guard.
+        """Call one hook on every loaded plugin, each in its own guard and within the plugin deadline.
 
         Returns (plugin record, result, error) for each implementation; an implementation that
-        raised gives its exception instead of stopping the others.
+        raised (or did not finish in time: :class:`~torchplug.PluginTimeoutError`) gives its
+        exception instead of stopping the others.
         """
         self.ensure_loaded()
         by_key = {r.key: r for r in self.records}
+        impls = getattr(self._pm.hook, hook_name).get_hookimpls()
+        calls = [(_hook_call(impl, kwargs), impl.plugin_name) for impl in impls]
+        timeout = self.settings.timeout
         results: list[tuple[PluginRecord, Any, BaseException | None]] = []
-        for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
+        for impl, outcome in zip(impls, run_each(calls, timeout)):
             record = by_key[impl.plugin_name]
-            try:
-                results.append((record, impl.function(*[kwargs[a] for a in impl.argnames]), None))
-            except Exception as exc:
-                results.append((record, None, exc))
+            error = outcome.error
+            if outcome.timed_out:
+                error = PluginTimeoutError(
+                    f"plugin {record.name!r} from {record.provider_label}: its {hook_name} hook "
+                    f"{describe_timeout(outcome, timeout)} ({TIMEOUT}={timeout:g})"
+                )
+            results.append((record, outcome.value, error))
         return results
 
     # -- loading ------------------------------------------------------------------------------
 
-    def _load(self) -> None:
+    def _load(self, settings: PluginSettings) -> None:
         start = time.perf_counter()
-        settings = self.settings
         version = core_version()
         builtin = PluginRecord(
             name="builtin", value=BUILTIN_MODULE, distribution=CORE_DISTRIBUTION, version=version, builtin=True
         )
         self._records = [builtin]
-        self._load_plugin(builtin, lambda: importlib.import_module(BUILTIN_MODULE))
+        self._run_inline(builtin, lambda: importlib.import_module(BUILTIN_MODULE))
         found = scan(version)
         self._records.extend(found)
         matched_requests = self._apply_settings(found, settings)
-        for name in settings.requested:
-            if name not in matched_requests:
-                self._records.append(_module_record(name))
-        for record in self._records:
-            if record.state == "pending":
-                self._load_plugin(record, self._loader_for(record))
+        unmatched = [name for name in settings.requested if name not in matched_requests]
+        self._records.extend(_unmatched_record(name, found) for name in unmatched)
+        pending = [r for r in self._records if r.state == "pending"]
+        calls = [(self._plugin_call(record), record.key) for record in pending]
+        for record, outcome in zip(pending, run_each(calls, settings.timeout)):
+            if outcome.timed_out:
+                self._time_out(record, outcome, settings.timeout)
         self.load_seconds = time.perf_counter() - start
         if settings.strict:
             self._check_strict()
@@ -253,33 +348,81 @@ class PluginHost:
                 record.reason = "TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD=1 and not named in TORCHPLUG_PLUGINS"
         return matched
 
-    @staticmethod
-    def _loader_for(record: PluginRecord) -> Callable[[], object]:
-        if record.entry_point is not None:
-            return record.entry_point.load
-        return lambda: _import_named_module(record.value)
+    def _run_inline(self, record: PluginRecord, obtain: Callable[[], object]) -> None:
+        """Load one plugin in this thread, without a deadline (the core's built-ins)."""
+        try:
+            self._load_plugin(record, obtain, Ticket())
+        except Exception as exc:  # the built-ins failing is a bug of the core: recorded, never hidden
+            self._mark_broken(record, None, exc)
 
-    def _load_plugin(self, record: PluginRecord, obtain: Callable[[], object]) -> None:
+    def _plugin_call(self, record: PluginRecord) -> Callable[[Ticket], None]:
+        def call(ticket: Ticket) -> None:
+            self._load_plugin(record, self._loader_for(record), ticket)
+
+        return call
+
+    def _loader_for(self, record: PluginRecord) -> Callable[[], object]:
+        entry_point = record.entry_point
+        assert entry_point is not None, "only installed entry points are loaded"
+
+        def obtain() -> object:
+            loaded = entry_point.load()
+            return self._class_plugin(loaded) if isinstance(loaded, type) else loaded
+
+        return obtain
+
+    def _class_plugin(self, cls: type) -> types.ModuleType:
+        if cls not in self._class_plugins:  # one plugin object per class: a second entry point is a duplicate
+            self._class_plugins[cls] = _class_plugin(cls)
+        return self._class_plugins[cls]
+
+    def _load_plugin(self, record: PluginRecord, obtain: Callable[[], object], ticket: Ticket) -> None:
+        """Import one plugin and run its registration hooks; commit each step only while ``ticket`` holds.
+
+        Runs in the worker thread for third-party plugins (see :mod:`torchplug._deadline`).
+        """
         start = time.perf_counter()
-        self._current = record.provider
+        had_torch = "torch" in sys.modules
+        self._local.provider, self._local.ticket = record.provider, ticket
         plugin: object = None
         try:
+            ticket.phase = "importing"
             plugin = obtain()
-            if self._pm.is_registered(plugin):  # the same module under a second name: load it once
-                record.state = "shadowed"
-                record.reason = f"already loaded as {self._pm.get_name(plugin)}"
-                return
-            self._pm.register(plugin, name=record.key)
+            with ticket.committing():
+                if self._pm.is_registered(plugin):  # the same module under a second name: load it once
+                    record.state = "shadowed"
+                    record.reason = f"already loaded as {self._pm.get_name(plugin)}"
+                    return
+                self._pm.register(plugin, name=record.key)
             self._check_hook_names(plugin)
             for kind, hook_name in hookspecs.REGISTRATION_HOOKS.items():
+                ticket.phase = f"running its {hook_name} hook"
                 self._call_registration(plugin, hook_name, self.registries[kind])
         except (Exception, SystemExit) as exc:
-            self._mark_broken(record, plugin, exc)
+            if not ticket.abandoned:
+                with ticket.committing():
+                    self._mark_broken(record, plugin, exc)
         else:
-            record.state = "ok"
+            with ticket.committing():
+                record.state = "ok"
         finally:
-            self._current = None
-            record.load_seconds = time.perf_counter() - start
+            self._local.provider = self._local.ticket = None
+            if not ticket.abandoned:
+                with ticket.committing():
+                    record.load_seconds = time.perf_counter() - start
+                    record.imports_torch = not had_torch and "torch" in sys.modules
+
+    def _time_out(self, record: PluginRecord, outcome: Outcome[None], timeout: float) -> None:
+        """Record a plugin left behind at its deadline as broken, with whatever it registered in time."""
+        message = (
+            f"plugin {record.name!r} from {record.provider_label} {describe_timeout(outcome, timeout)} "
+            f"({TIMEOUT}={timeout:g}); it was left behind and its names are not usable. "
+            f"Hint: fix or uninstall it, block it with TORCHPLUG_BLOCK_PLUGINS={record.distribution or record.name}, "
+            f"or raise {TIMEOUT} if it is only slow."
+        )
+        plugin = self._pm.get_plugin(record.key)
+        self._mark_broken(record, plugin, PluginTimeoutError(message), with_traceback=False)
+        record.load_seconds = outcome.seconds
 
     def _call_registration(self, plugin: object, hook_name: str, registry: Registry[Any]) -> None:
         for impl in getattr(self._pm.hook, hook_name).get_hookimpls():
@@ -300,13 +443,16 @@ class PluginHost:
                 f"unknown hook {caller.name!r}.{hint} Known hooks: {', '.join(sorted(hookspecs.HOOK_NAMES))}"
             )
 
-    def _mark_broken(self, record: PluginRecord, plugin: object, exc: BaseException) -> None:
+    def _mark_broken(
+        self, record: PluginRecord, plugin: object, exc: BaseException, with_traceback: bool = True
+    ) -> None:
         record.state = "broken"
         record.error = exc
         record.reason = f"{type(exc).__name__}: {exc}"
-        import traceback
+        if with_traceback:
+            import traceback
 
-        record.traceback = "".join(traceback.format_exception(exc))
+            record.traceback = "".join(traceback.format_exception(exc))
         if plugin is not None and self._pm.get_plugin(record.key) is plugin:
             self._pm.unregister(plugin)
         for registry in self.registries.values():
@@ -329,30 +475,37 @@ def _canon(name: str) -> str:
     return canonicalize_name(name) if name else ""
 
 
-def _module_record(name: str) -> PluginRecord:
-    """A record for a plugin module named in TORCHPLUG_PLUGINS, with the distribution that ships it, if any."""
+def _hook_call(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> Callable[[Ticket], Any]:
+    def call(ticket: Ticket) -> Any:
+        ticket.phase = "running"
+        return impl.function(*[kwargs[a] for a in impl.argnames])
+
+    return call
+
+
+def _unmatched_record(name: str, found: list[PluginRecord]) -> PluginRecord:
+    """A broken record for a ``TORCHPLUG_PLUGINS`` name that no installed plugin answers to.
+
+    Nothing is imported by name: ``TORCHPLUG_PLUGINS`` selects among installed entry points, so a
+    module lying in the current directory (or anywhere on ``sys.path``) is never loaded as a plugin.
+    """
     import importlib.metadata
 
-    top = name.partition(".")[0]
-    distributions = importlib.metadata.packages_distributions().get(top, [])
-    if len(distributions) == 1:
-        try:
-            version = importlib.metadata.version(distributions[0])
-        except importlib.metadata.PackageNotFoundError:
-            version = None
-        return PluginRecord(name=name, value=name, distribution=distributions[0], version=version)
-    return PluginRecord(name=name, value=name)
-
-
-def _import_named_module(name: str) -> object:
+    installed = sorted({r.distribution for r in found if r.distribution})
     try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name and name.startswith(exc.name):
-            raise PluginError(
-                f"TORCHPLUG_PLUGINS names {name!r}, but no plugin entry point, distribution or module has that name"
-            ) from exc
-        raise
+        dist = importlib.metadata.distribution(name)
+    except (importlib.metadata.PackageNotFoundError, ValueError):
+        found_dist = ""
+    else:
+        found_dist = (
+            f" The distribution {dist.metadata['Name']} is installed but declares no {ENTRY_POINT_GROUP!r} entry point."
+        )
+    error = PluginError(
+        f"TORCHPLUG_PLUGINS names {name!r}, but no installed plugin has that entry-point, distribution or "
+        f"module name.{found_dist} Installed plugin distributions: {', '.join(installed) or '(none)'}. "
+        "Hint: TORCHPLUG_PLUGINS selects installed plugins only; pip install the plugin's package."
+    )
+    return PluginRecord(name=name, value=name, state="broken", reason=f"PluginError: {error}", error=error)
 
 
 _HOST: PluginHost | None = None

@@ -7,13 +7,17 @@ The listing imports plugin modules (which register dotted paths) but no plugin c
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from torchplug._deadline import Ticket
+from torchplug._discovery import FAILED_STATES, PluginRecord
+from torchplug._errors import PluginError
 from torchplug._host import PluginHost
-from torchplug._registry import KINDS, RegistryEntry, why_unavailable
+from torchplug._registry import KINDS, RegistryEntry, _ask_class, at_boundary
 
-__all__ = ["SCHEMA_VERSION", "EntryReport", "Listing", "collect"]
+__all__ = ["SCHEMA_VERSION", "EntryReport", "Listing", "check_one", "collect"]
 
 #: Version of the ``--json`` document; bumped only on incompatible changes.
 SCHEMA_VERSION: Final = 1
@@ -58,10 +62,15 @@ class Listing:
 
     @property
     def failed(self) -> bool:
-        """Whether anything is broken: a plugin, or (after a check) a registered class."""
-        return any(r.state in ("broken", "incompatible") for r in self.host.records) or any(
+        """Whether anything is broken: a plugin (broken or incompatible), or a registered name."""
+        return any(r.state in FAILED_STATES for r in self.host.records) or any(
             e.status == "broken" for e in self.entries
         )
+
+    @property
+    def torch_importers(self) -> list[PluginRecord]:
+        """The plugins whose loading imported torch (a plugin module must not), in load order."""
+        return [r for r in self.host.records if r.imports_torch]
 
     def as_dict(self, verbose: bool = False) -> dict[str, Any]:
         """The ``--json`` document (schema in ``core plugins list --help`` and the README)."""
@@ -76,19 +85,23 @@ class Listing:
 
 
 def collect(host: PluginHost, kinds: tuple[str, ...] = KINDS, check: bool = False) -> Listing:
-    """Build the listing for ``kinds``; with ``check``, import each class and ask it about this machine."""
+    """Build the listing for ``kinds``; with ``check``, import each class and ask it about this machine.
+
+    Plugin code (probes, ``detect()``, and with ``check`` the imports and ``is_available()``) runs
+    at the plugin boundary: third-party code within the plugin deadline, so one plugin that blocks
+    is reported (``did not finish ... within N s``) and the listing goes on.
+    """
     host.ensure_loaded()
     listing = Listing(host)
     for kind in kinds:
         registry = host.registry(kind)
         for entry in sorted(registry.entries(), key=lambda e: (e.name, e.provider.label)):
             resolution = registry.resolution(entry.name)
-            report = _status(resolution.winner, entry, resolution.rule)
-            if check and report.status in ("ok", "unavailable", "shadowed"):
-                _check(report)
-            if kind == "cluster_environment" and report.status == "ok":
-                _detect(report)
-            listing.entries.append(report)
+            listing.entries.append(_status(resolution.winner, entry, resolution.rule))
+    _probe(listing.entries)
+    if check:
+        _check_each([r for r in listing.entries if r.status in ("ok", "unavailable", "shadowed")])
+    _detect_each([r for r in listing.entries if r.entry.kind == "cluster_environment" and r.status == "ok"])
     return listing
 
 
@@ -109,44 +122,95 @@ def _status(winner: RegistryEntry[Any] | None, entry: RegistryEntry[Any], rule: 
             "shadowed",
             f"{entry.name!r} resolves to {winner.provider} ({rule}); use '{entry.name}@{dist}' for this one",
         )
-    try:
-        reason = entry.run_probe()
-    except Exception as exc:  # a probe is plugin code: its failure is that plugin's, not the listing's
-        return EntryReport(entry, "broken", f"availability probe raised {type(exc).__name__}: {exc}")
-    return EntryReport(entry, "unavailable", reason) if reason else EntryReport(entry)
+    return EntryReport(entry)
 
 
-def _detect(report: EntryReport) -> None:
-    """Ask a cluster environment whether it is detected here (its class is torch-free by contract)."""
+def _probe(reports: list[EntryReport]) -> None:
+    """Run the cheap probe of every usable entry that has one (a probe is plugin code: guarded)."""
+    probed = [r for r in reports if r.status == "ok" and r.entry.probe is not None]
+    results = at_boundary([r.entry for r in probed], _probe_call)
+    for report, result in zip(probed, results):
+        if isinstance(result, PluginError):
+            report.status, report.reason = "broken", _cause(result)
+        elif result is not None:
+            report.status, report.reason = "unavailable", result
+
+
+def _probe_call(entry: RegistryEntry[Any]) -> Callable[[Ticket], str | None]:
+    def call(ticket: Ticket) -> str | None:
+        ticket.phase = "running its availability probe"
+        return entry.run_probe()
+
+    return call
+
+
+def _cause(error: PluginError) -> str:
+    """A boundary error as the listing shows it (its message names the entry and its provider)."""
+    return f"{type(error).__name__}: {error}"
+
+
+def _detect_each(reports: list[EntryReport]) -> None:
+    """Ask each cluster environment whether it is detected here (its class is torch-free by contract)."""
+    results = at_boundary([r.entry for r in reports], _detect_call)
+    for report, result in zip(reports, results):
+        if isinstance(result, PluginError):
+            report.status, report.reason = "broken", _cause(result)
+        else:
+            report.detected, report.reason = result
+
+
+def _detect_call(entry: RegistryEntry[Any]) -> Callable[[Ticket], tuple[bool, str]]:
     from torchplug.environments.detection import ask
 
-    try:
-        cls = report.entry.load()
-    except Exception as exc:
-        report.status, report.reason = "broken", f"{type(exc).__name__}: {exc}"
-        return
-    detected, text = ask(cls)
-    report.detected = detected
-    report.reason = text
+    def call(ticket: Ticket) -> tuple[bool, str]:
+        ticket.phase = "importing its class"
+        cls = entry.load()
+        ticket.phase = "running detect()"
+        return ask(cls)
+
+    return call
 
 
-def _check(report: EntryReport) -> None:
-    start = time.perf_counter()
-    check: dict[str, Any] = {"imported": False, "available": None, "device_count": None, "error": None}
-    report.check = check
-    try:
-        cls = report.entry.load()
+def _check_each(reports: list[EntryReport]) -> None:
+    results = at_boundary([r.entry for r in reports], _check_call)
+    for report, result in zip(reports, results):
+        if isinstance(result, PluginError):
+            report.status, report.reason = "broken", _cause(result)
+            imported = report.entry.is_loaded and report.entry.error is None
+            report.check = {"imported": imported, "available": None, "device_count": None, "error": report.reason}
+            report.check["seconds"] = None
+            continue
+        report.check = result
+        if result["reason"] is not None:
+            report.status, report.reason = "unavailable", result["reason"]
+        del result["reason"]
+
+
+def _check_call(entry: RegistryEntry[Any]) -> Callable[[Ticket], dict[str, Any]]:
+    def call(ticket: Ticket) -> dict[str, Any]:
+        start = time.perf_counter()
+        check: dict[str, Any] = {"imported": False, "available": None, "device_count": None, "error": None}
+        ticket.phase = "importing its class"
+        cls = entry.load()
         check["imported"] = True
         # A class without is_available() (most strategies and precisions) is judged by its entry's
         # probe, so that --check agrees with the status the listing shows without importing.
-        has_check = callable(getattr(cls, "is_available", None))
-        reason = why_unavailable(cls, report.entry) if has_check else report.entry.run_probe()
+        if callable(getattr(cls, "is_available", None)):
+            reason = _ask_class(cls, entry, ticket)
+        else:
+            ticket.phase = "running its availability probe"
+            reason = entry.run_probe()
         check["available"] = reason is None
-        if reason is not None:
-            report.status, report.reason = "unavailable", reason
-        elif report.entry.kind == "accelerator":
+        if reason is None and entry.kind == "accelerator":
+            ticket.phase = "running auto_device_count()"
             check["device_count"] = int(cls.auto_device_count())
-    except Exception as exc:
-        report.status, report.reason = "broken", f"{type(exc).__name__}: {exc}"
-        check["error"] = report.reason
-    check["seconds"] = round(time.perf_counter() - start, 4)
+        check["seconds"] = round(time.perf_counter() - start, 4)
+        check["reason"] = reason
+        return check
+
+    return call
+
+
+def check_one(report: EntryReport) -> None:
+    """Import one listed entry's class and ask it about this machine (``core plugins show``)."""
+    _check_each([report])

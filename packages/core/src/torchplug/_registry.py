@@ -21,16 +21,20 @@ from __future__ import annotations
 
 import importlib
 import re
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, overload
 
 from typing_extensions import TypeVar, override
 
+from torchplug._deadline import Outcome, Ticket, describe_timeout, run_each
 from torchplug._discovery import PluginRecord, Provider
 from torchplug._errors import (
     BrokenPluginError,
     PluginConflictError,
+    PluginError,
+    PluginTimeoutError,
     PluginUnavailableError,
     UnknownPluginError,
 )
@@ -53,6 +57,9 @@ __all__ = [
     "Registry",
     "RegistryEntry",
     "RegistryHost",
+    "at_boundary",
+    "check_availabilities",
+    "check_availability",
     "why_unavailable",
 ]
 
@@ -165,8 +172,14 @@ class RegistryEntry(Generic[_T]):
     def ensure_available(self) -> None:
         """Load the class and refuse it when it reports that it cannot run on this machine.
 
+        The class is imported in this thread (it is the one the user asked for). Its
+        ``is_available()`` decides (a class without one is taken as available); the words come
+        from ``unavailable_reason()`` or the probe. These run at the plugin boundary, as in
+        :func:`why_unavailable`.
+
         Raises:
-            BrokenPluginError: see :meth:`load`.
+            BrokenPluginError: see :meth:`load`; or the availability check raised (or, as
+                :class:`~torchplug.PluginTimeoutError`, did not finish within the plugin deadline).
             PluginUnavailableError: The class's ``is_available()`` returned False; the message says why.
         """
         reason = why_unavailable(self.load(), self)
@@ -185,11 +198,15 @@ class RegistryEntry(Generic[_T]):
         return None if result is None else str(result)
 
     def _broken(self, exc: BaseException) -> BrokenPluginError:
-        return BrokenPluginError(
-            f"{_KIND_LABEL[self.kind]} {self.name!r} from {self.provider} is broken: "
-            f"{type(exc).__name__}: {exc}. Hint: reinstall or upgrade {self.provider.distribution or 'it'}, "
-            f"or block it with TORCHPLUG_BLOCK_PLUGINS={self.provider.distribution or self.provider.plugin}."
-        )
+        message = f"{_KIND_LABEL[self.kind]} {self.name!r} from {self.provider} is broken: {type(exc).__name__}: {exc}"
+        if "Hint:" not in str(exc):
+            message += (
+                f". Hint: reinstall or upgrade {self.provider.distribution or 'it'}, "
+                f"or block it with TORCHPLUG_BLOCK_PLUGINS={self.provider.distribution or self.provider.plugin}."
+            )
+        # A plugin left behind at its deadline stays a PluginTimeoutError for whoever catches it.
+        error_type = PluginTimeoutError if isinstance(exc, PluginTimeoutError) else BrokenPluginError
+        return error_type(message)
 
     def as_dict(self) -> dict[str, Any]:
         """JSON-ready form, used by ``core plugins list --json``."""
@@ -245,6 +262,9 @@ class RegistryHost(Protocol):
 
     def preferred_provider(self, name: str) -> str | None:
         """The provider ``TORCHPLUG_PREFER`` picks for ``name``, if any."""
+
+    # A host may also define ``registering()``, a context manager held while one registration is
+    # applied, which yields the provider to stamp on it (see PluginHost.registering).
 
 
 @dataclass(frozen=True, slots=True)
@@ -390,26 +410,36 @@ class Registry(Generic[_T]):
                 return cls
 
             return decorator
-        provider = self._provider()
-        entry = RegistryEntry(
-            kind=self.kind,
-            name=_check_name(name, "name"),
-            target=_check_target(target),
-            description=description,
-            aliases=tuple(_check_name(a, "alias") for a in aliases),
-            init_params=dict(init_params),
-            provider=provider,
-            probe=probe,
-            override=override and provider is RUNTIME,
-        )
-        self._add(entry, override)
+        checked = (_check_name(name, "name"), _check_target(target), tuple(_check_name(a, "alias") for a in aliases))
+        with self._registering() as provider:
+            entry = RegistryEntry(
+                kind=self.kind,
+                name=checked[0],
+                target=checked[1],
+                description=description,
+                aliases=checked[2],
+                init_params=dict(init_params),
+                provider=provider,
+                probe=probe,
+                override=override and provider is RUNTIME,
+            )
+            self._add(entry, override)
         return target
 
-    def _provider(self) -> Provider:
+    def _registering(self) -> AbstractContextManager[Provider]:
+        """The host's guard for one registration (stamps the provider, refuses a plugin past its deadline)."""
+        registering = getattr(self._host, "registering", None)
+        if callable(registering):
+            guard: AbstractContextManager[Provider] = registering()
+            return guard
+        return self._plain_registering()
+
+    @contextmanager
+    def _plain_registering(self) -> Iterator[Provider]:
         current = self._host.current_provider() if self._host else None
         if current is None and self._host is not None:
             self._host.ensure_loaded()
-        return current or RUNTIME
+        yield current or RUNTIME
 
     def _add(self, entry: RegistryEntry[_T], override: bool) -> None:
         index = self._lookup_index()
@@ -616,16 +646,141 @@ def why_unavailable(cls: type, entry: RegistryEntry[Any] | None = None) -> str |
 
     The class's ``is_available()`` decides; its ``unavailable_reason()`` (accelerators) gives the
     words, else the entry's probe, else a generic sentence. A class without ``is_available()``
-    is taken as available.
+    is taken as available. This is a plugin boundary: a class that is not the core's own is asked
+    within the plugin deadline, and whatever it raises comes back as a torchplug error.
+
+    Raises:
+        BrokenPluginError: ``is_available()``, ``unavailable_reason()`` or the probe raised; the
+            message names the class (and its provider) and quotes the original error, which is chained.
+        PluginTimeoutError: One of them did not finish within ``TORCHPLUG_PLUGIN_TIMEOUT`` seconds.
     """
+    owner = _owner(entry) if entry is not None else f"{cls.__module__}.{cls.__qualname__}"
+    core = entry.provider.builtin if entry is not None else cls.__module__.partition(".")[0] == "torchplug"
+    timeout = 0.0 if core else _plugin_timeout()
+    (outcome,) = run_each([(lambda ticket: _ask_class(cls, entry, ticket), None)], timeout)
+    return _result(outcome, owner, timeout)
+
+
+def check_availability(entry: RegistryEntry[Any]) -> str | None:
+    """Whether ``entry`` can run on this machine: None when it can, else why not, in words.
+
+    The plugin boundary for availability, shared by ``accelerator="auto"``, ``core plugins list``
+    and :meth:`RegistryEntry.ensure_available`. In order: the entry's cheap probe (a reason ends the
+    check, and nothing is imported), the class's import (:meth:`RegistryEntry.load`), its
+    ``is_available()``, and, when that is False, ``unavailable_reason()`` (else the probe) for the
+    words. A class without ``is_available()`` is judged by its probe alone.
+
+    The core's own entries are asked in this thread. A third-party entry's code runs in a worker
+    thread within the plugin deadline (``TORCHPLUG_PLUGIN_TIMEOUT`` seconds, 30 by default), so a
+    plugin that blocks in a probe, an import or ``is_available()`` cannot hang the caller.
+
+    Raises:
+        BrokenPluginError: The probe, the import, ``is_available()`` or ``unavailable_reason()``
+            raised. The message names the entry and its provider and quotes the original error
+            (chained as the cause).
+        PluginTimeoutError: One of them did not finish within the deadline (a ``BrokenPluginError``).
+    """
+    result = check_availabilities([entry])[0]
+    if isinstance(result, PluginError):
+        raise result
+    return result
+
+
+def check_availabilities(entries: Sequence[RegistryEntry[Any]]) -> list[str | PluginError | None]:
+    """:func:`check_availability` for several entries at once, without raising.
+
+    The third-party entries share one worker thread, each within its own deadline (an entry left
+    behind skips the later entries of its provider, which would likely wait on it). Returns, for
+    each entry in order, None (available), the reason it is not, or the error it would raise.
+    """
+    return at_boundary(entries, _availability_call)
+
+
+_R = TypeVar("_R")
+
+
+def at_boundary(
+    entries: Sequence[RegistryEntry[Any]], make_call: Callable[[RegistryEntry[Any]], Callable[[Ticket], _R]]
+) -> list[_R | PluginError]:
+    """Run ``make_call(entry)`` for each entry at the plugin boundary; never raises for an entry.
+
+    The core's entries run in this thread; third-party ones in one worker thread, each within the
+    plugin deadline (see :mod:`torchplug._deadline`). Returns, in order, what each call returned, or
+    the :class:`~torchplug.BrokenPluginError` (:class:`~torchplug.PluginTimeoutError`) naming the
+    entry and its provider, with the original error chained.
+    """
+    results: list[_R | PluginError | None] = [None] * len(entries)
+    for core in (True, False):
+        chosen = [i for i, entry in enumerate(entries) if entry.provider.builtin is core]
+        if not chosen:
+            continue
+        timeout = 0.0 if core else _plugin_timeout()
+        calls = [(make_call(entries[i]), entries[i].provider) for i in chosen]
+        for i, outcome in zip(chosen, run_each(calls, timeout)):
+            try:
+                results[i] = _result(outcome, _owner(entries[i]), timeout)
+            except PluginError as exc:
+                results[i] = exc
+    return results  # type: ignore[return-value]  # every slot was filled above
+
+
+def _availability_call(entry: RegistryEntry[Any]) -> Callable[[Ticket], str | None]:
+    def call(ticket: Ticket) -> str | None:
+        ticket.phase = "running its availability probe"
+        reason = entry.run_probe()
+        if reason is not None:
+            return reason
+        ticket.phase = "importing its class"
+        cls = entry.load()
+        if not callable(getattr(cls, "is_available", None)):
+            return None
+        return _ask_class(cls, entry, ticket)
+
+    return call
+
+
+def _ask_class(cls: type, entry: RegistryEntry[Any] | None, ticket: Ticket) -> str | None:
     is_available = getattr(cls, "is_available", None)
-    if not callable(is_available) or is_available():
+    if not callable(is_available):
         return None
+    ticket.phase = "running is_available()"
+    if is_available():
+        return None
+    ticket.phase = "running unavailable_reason()"
     explain = getattr(cls, "unavailable_reason", None)
     reason = explain() if callable(explain) else None
     if reason is None and entry is not None:
+        ticket.phase = "running its availability probe"
         reason = entry.run_probe()
-    return reason or f"{cls.__name__}.is_available() returned False"
+    return str(reason) if reason else f"{cls.__name__}.is_available() returned False"
+
+
+def _owner(entry: RegistryEntry[Any]) -> str:
+    return f"{_KIND_LABEL[entry.kind]} {entry.name!r} from {entry.provider}"
+
+
+def _plugin_timeout() -> float:
+    from torchplug._settings import plugin_timeout
+
+    return plugin_timeout()
+
+
+def _result(outcome: Outcome[_R], owner: str, timeout: float) -> _R:
+    """The outcome of plugin code as a value, or as the torchplug error that names its owner."""
+    if outcome.timed_out:
+        from torchplug._settings import TIMEOUT
+
+        raise PluginTimeoutError(
+            f"{owner} {describe_timeout(outcome, timeout)} ({TIMEOUT}={timeout:g}). Hint: fix or uninstall "
+            f"the plugin, block it with TORCHPLUG_BLOCK_PLUGINS, or raise {TIMEOUT} if it is only slow."
+        )
+    error = outcome.error
+    if isinstance(error, BrokenPluginError):  # a failed import: it already names the provider
+        raise error
+    if error is not None:
+        what = outcome.phase.removeprefix("running ")
+        raise BrokenPluginError(f"{owner}: {what} raised {type(error).__name__}: {error}") from error
+    return outcome.value  # type: ignore[return-value]  # None only when the call returned None
 
 
 def _split(name: str) -> tuple[str, str | None]:

@@ -19,7 +19,14 @@ import shutil
 import subprocess
 from typing import Any, Final
 
-__all__ = ["SCONTROL_VAR", "RequeueError", "environment_report", "requeue_command", "requeue_job"]
+__all__ = [
+    "SCONTROL_VAR",
+    "RequeueError",
+    "environment_report",
+    "requeue_command",
+    "requeue_job",
+    "scontrol_from_env",
+]
 
 #: Path of the ``scontrol`` to use, for containers where it is not on ``PATH``.
 SCONTROL_VAR: Final = "TORCHPLUG_SLURM_SCONTROL"
@@ -32,6 +39,25 @@ class RequeueError(RuntimeError):
     """The job could not be requeued; the message says why and how to fix it."""
 
 
+def scontrol_from_env() -> str | None:
+    """``$TORCHPLUG_SLURM_SCONTROL`` when set: the ``scontrol`` program to run (a path, or a name on PATH).
+
+    Raises:
+        SettingsError: It is set, but names no executable file.
+    """
+    value = os.environ.get(SCONTROL_VAR, "").strip()
+    if not value:
+        return None
+    if shutil.which(value) is None:
+        from torchplug import SettingsError
+
+        raise SettingsError(
+            f"{SCONTROL_VAR}={value!r} is not an executable file. Allowed: the path of SLURM's scontrol "
+            f"(or a program name on PATH); unset {SCONTROL_VAR} to use the scontrol on PATH."
+        )
+    return value
+
+
 def requeue_command(job_id: str, scontrol: str | None = None) -> list[str]:
     """The argument list that requeues ``job_id``: ``[<scontrol>, "requeue", job_id]``.
 
@@ -41,13 +67,14 @@ def requeue_command(job_id: str, scontrol: str | None = None) -> list[str]:
 
     Raises:
         RequeueError: The id is not digits, or ``scontrol`` cannot be found.
+        SettingsError: ``$TORCHPLUG_SLURM_SCONTROL`` is set but names no executable file.
     """
     if not isinstance(job_id, str) or _JOB_ID_RE.fullmatch(job_id) is None:
         raise RequeueError(
             f"Refusing to run scontrol requeue with the job id {job_id!r}: a SLURM job id is digits "
             "('123', or '123_4' for an array task)."
         )
-    program = scontrol or os.environ.get(SCONTROL_VAR) or shutil.which("scontrol")
+    program = scontrol or scontrol_from_env() or shutil.which("scontrol")
     if not program:
         raise RequeueError(
             f"Cannot requeue SLURM job {job_id}: the scontrol command is not on PATH. This happens in "

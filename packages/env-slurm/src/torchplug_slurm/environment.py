@@ -28,13 +28,14 @@ from typing import TYPE_CHECKING, ClassVar, Final
 
 from typing_extensions import override
 
-from torchplug import ClusterEnvironment, MisconfigurationError
+from torchplug import ClusterEnvironment, MisconfigurationError, SettingsError
 from torchplug.environments import Evidence
+from torchplug.utilities.env_vars import env_bool
 from torchplug.utilities.rank_zero import log, rank_zero_warn
 from torchplug_slurm._preemption import SignalWatch, parse_signal
 from torchplug_slurm._rendezvous import main_address, main_port
 from torchplug_slurm._variables import MAX_NORMAL_STEP_ID, SlurmVariables
-from torchplug_slurm._vendor import SCONTROL_VAR, requeue_job
+from torchplug_slurm._vendor import SCONTROL_VAR, requeue_job, scontrol_from_env
 
 if TYPE_CHECKING:
     from torchplug import CheckpointIO
@@ -54,7 +55,6 @@ ENV_VARS: Final[dict[str, str]] = {
 }
 
 _INTERACTIVE_NAMES: Final = ("interactive", "bash")
-_FALSE: Final = ("0", "false", "no", "off")
 
 
 class SLURMEnvironment(ClusterEnvironment):
@@ -73,7 +73,10 @@ class SLURMEnvironment(ClusterEnvironment):
             SIGTERM is delivered again and ends the process. See :mod:`torchplug_slurm._preemption`.
 
     Raises:
-        ValueError: ``requeue_signal`` (or ``$TORCHPLUG_SLURM_REQUEUE_SIGNAL``) is not a signal.
+        ValueError: ``requeue_signal`` is not a signal.
+        SettingsError: ``$TORCHPLUG_SLURM_AUTO_REQUEUE`` is not a boolean,
+            ``$TORCHPLUG_SLURM_REQUEUE_SIGNAL`` is not a signal (a ``ValueError`` too), or
+            ``$TORCHPLUG_SLURM_SCONTROL`` names no executable file while requeueing is on.
     """
 
     detect_priority: ClassVar[int] = 90
@@ -85,14 +88,14 @@ class SLURMEnvironment(ClusterEnvironment):
         checkpoint_on_sigterm: bool = True,
     ) -> None:
         if auto_requeue is None:
-            auto_requeue = os.environ.get(AUTO_REQUEUE_VAR, "1").strip().lower() not in _FALSE
-        if requeue_signal is None:
-            requeue_signal = os.environ.get(REQUEUE_SIGNAL_VAR, "").strip() or "USR1"
-            source = REQUEUE_SIGNAL_VAR
-        else:
-            source = "requeue_signal"
+            auto_requeue = env_bool(AUTO_REQUEUE_VAR, True)
+        if auto_requeue:
+            scontrol_from_env()  # checked now, not when the preemption signal arrives
         self.auto_requeue = auto_requeue
-        self.requeue_signal = parse_signal(requeue_signal, source)
+        if requeue_signal is not None:
+            self.requeue_signal = parse_signal(requeue_signal, "requeue_signal")
+        else:
+            self.requeue_signal = _signal_from_env()
         self.checkpoint_on_sigterm = checkpoint_on_sigterm
         self._watch: SignalWatch | None = None
 
@@ -344,3 +347,12 @@ def _check_nodes(nodes: int, num_nodes: int) -> None:
         f"num_nodes={num_nodes}, but SLURM runs this step on {nodes} node(s) (--nodes={nodes}). "
         f"Hint: Trainer(num_nodes={nodes}), or sbatch --nodes={num_nodes}."
     )
+
+
+def _signal_from_env() -> signal.Signals:
+    """``$TORCHPLUG_SLURM_REQUEUE_SIGNAL``, else SIGUSR1; a value that is not a signal raises, naming the variable."""
+    value = os.environ.get(REQUEUE_SIGNAL_VAR, "").strip() or "USR1"
+    try:
+        return parse_signal(value, REQUEUE_SIGNAL_VAR)
+    except ValueError as exc:
+        raise SettingsError(str(exc)) from None

@@ -31,38 +31,57 @@ class Accelerator(ABC):
         def torchplug_register_accelerators(registry):
             registry.register("xpu", "torchplug_xpu.accelerator:XPUAccelerator", description="Intel GPUs")
 
-    The class attributes below are the accelerator's answers to the core; override them.
+    The class attributes are the accelerator's answers to the core, which never tests device
+    types itself; override them. What each means:
+
+    Attributes:
+        name: The registry name this class is usually known by. Informational only: the name
+            passed to ``registry.register`` is the one users type.
+        auto_priority: Its rank for ``accelerator="auto"``, which picks the available accelerator
+            with the highest priority. The scale: 0 is the CPU (the fallback, always available);
+            about 10 a device torch already knows served generically or a CPU-backed device;
+            50 GPUs (``cuda``); 80 to 100 dedicated training chips (``hpu`` 80, ``ipu`` 90,
+            ``tpu`` 100). Ties between two available accelerators are settled by the registry
+            name, in alphabetical order, and ``trainer.describe()`` lists every other available
+            accelerator with its priority: give a distinct priority rather than rely on it.
+        device_type: The ``torch.device`` type of this hardware (``"cpu"``, ``"cuda"``, ``"xla"``...).
+        autocast_device_type: The device type given to ``torch.autocast`` and
+            ``torch.amp.GradScaler``; None means mixed precision through autocast is not supported
+            (``precision="16-mixed"`` is then refused, naming this accelerator).
+        process_group_backend: The ``torch.distributed`` backend of process groups on this
+            hardware (``"gloo"``, ``"nccl"``, ``"hccl"``...), used unless the strategy names one.
+        default_precision: The registry name of the precision used when the user gives none.
+        supported_precisions: The registry names of the precisions this hardware can train in
+            (a ``frozenset``); None means every registered precision. Any other is refused
+            before training, naming this accelerator and listing these.
+        single_device_strategy: The registry name of the strategy for one device on one node
+            (``strategy="auto"`` with ``devices=1``).
+        parallel_strategy: The registry name of the strategy for several devices or nodes
+            (``strategy="auto"``); in a notebook ``"ddp"`` becomes ``"ddp_fork"`` (see
+            :meth:`default_strategy`). It must start or join one process per device.
+        default_checkpoint_io: The registry name of the checkpoint IO this hardware needs (for
+            example one that moves tensors off the device first); None means the core's default.
+        devices_are_processes: True when ``devices=N`` counts processes that share this hardware
+            (the CPU), so any N is fine; False (the default) when it counts devices, and the core
+            then refuses more devices (or a higher id) than :meth:`auto_device_count` reports,
+            quoting both.
+
+    Where each method runs, and when, is the README's "Accelerator contract": everything up to
+    :meth:`get_parallel_devices` runs in the main process before any worker starts or forks;
+    :meth:`setup_device`, :meth:`deterministic_setup` and :meth:`teardown` run in every worker.
     """
 
-    #: Registry name this class is usually known by (informational; the registry decides).
     name: ClassVar[str] = ""
-
-    #: ``accelerator="auto"`` picks the available accelerator with the highest priority.
-    #: The CPU has 0; GPUs are around 50; dedicated training chips above that.
     auto_priority: ClassVar[int] = 0
-
-    #: The ``torch.device`` type of this hardware (``"cpu"``, ``"cuda"``, ``"xla"``, ...).
     device_type: ClassVar[str] = "cpu"
-
-    #: The device type given to ``torch.autocast`` and ``torch.amp.GradScaler``; None means mixed
-    #: precision through autocast is not supported.
     autocast_device_type: ClassVar[str | None] = None
-
-    #: The ``torch.distributed`` backend for process groups on this hardware (``"gloo"``, ``"nccl"``, ...).
     process_group_backend: ClassVar[str] = "gloo"
-
-    #: Registry name of the precision used when the user gives none.
     default_precision: ClassVar[str] = "32-true"
-
-    #: Registry names of the precisions this hardware supports; None means every registered one.
     supported_precisions: ClassVar[frozenset[str] | None] = None
-
-    #: Registry name of the strategy for one device, and for several devices or nodes.
     single_device_strategy: ClassVar[str] = "single_device"
     parallel_strategy: ClassVar[str] = "ddp"
-
-    #: Registry name of the checkpoint IO this hardware needs; None means the core's default.
     default_checkpoint_io: ClassVar[str | None] = None
+    devices_are_processes: ClassVar[bool] = False
 
     # -- availability and devices -------------------------------------------------------------
 
@@ -71,7 +90,11 @@ class Accelerator(ABC):
     def is_available() -> bool:
         """Whether the hardware and its runtime are present.
 
-        Must not initialise the device runtime: it may run before processes fork.
+        Must not initialise the device runtime: it runs in the main process before workers fork.
+        It is plugin code called at the plugin boundary: within ``TORCHPLUG_PLUGIN_TIMEOUT``
+        seconds, and whatever it raises reaches the user as a ``BrokenPluginError`` naming your
+        distribution and quoting your message. Return False (and explain in
+        :meth:`unavailable_reason`) rather than raise for a missing device or library.
         """
 
     @classmethod
@@ -85,7 +108,12 @@ class Accelerator(ABC):
     @staticmethod
     @abstractmethod
     def auto_device_count() -> int:
-        """How many devices ``devices="auto"`` means (all usable devices)."""
+        """How many devices this process can use: what ``devices="auto"`` and ``devices=-1`` mean.
+
+        Unless :attr:`devices_are_processes`, the core refuses a ``devices=`` value asking for
+        more devices (or a higher id) than this. Runs before workers fork: count without
+        initialising the device runtime.
+        """
 
     @staticmethod
     @abstractmethod
@@ -94,17 +122,33 @@ class Accelerator(ABC):
 
         The value is an int, ``-1``, ``"0,2"``, a list...; ``"auto"`` was already replaced by
         :meth:`auto_device_count`. Raises ``ValueError`` or ``TypeError`` that quotes the value given, as in
-        ``devices=[0, 0]``, and says what is allowed.
+        ``devices=[0, 0]``, and says what is allowed. Return a count or a list of device ids
+        (what :meth:`get_parallel_devices` takes). :func:`torchplug.accelerators.parse_device_ids`
+        implements the common grammar (count, ``-1``, ``"0,2"``, lists) against a device count.
         """
 
     @staticmethod
     @abstractmethod
     def get_parallel_devices(devices: Any) -> list[torch.device]:
-        """The ``torch.device`` of each local process, from the value :meth:`parse_devices` returned."""
+        """The ``torch.device`` of each local process, from the value :meth:`parse_devices` returned.
+
+        Item ``i`` is the device of local rank ``i`` (its index in the list, not its device id):
+        ``devices=[2, 3]`` gives ``[xpu:2, xpu:3]``, and local rank 1 computes on ``xpu:3``.
+        The length is the number of processes per node. Runs in the main process, before any
+        worker starts: build ``torch.device`` objects, touch no device.
+        """
 
     @abstractmethod
     def setup_device(self, device: torch.device) -> None:
-        """Make ``device`` the current device of this process (for example ``torch.cuda.set_device``)."""
+        """Make ``device`` the current device of this process (for example ``torch.cuda.set_device``).
+
+        Called once in every worker, first thing in the strategy's ``setup_environment`` (before
+        the process group is joined, so that collectives bind to this device). ``device`` is
+        ``get_parallel_devices(...)[local_rank]``: the strategy reads the local rank from the
+        cluster environment (``LOCAL_RANK`` set by torchplug's launchers or torchrun,
+        ``SLURM_LOCALID`` under srun...), so this method need not look it up. This is the first
+        place where the device runtime may be initialised.
+        """
 
     @abstractmethod
     def teardown(self) -> None:
@@ -173,6 +217,10 @@ class Accelerator(ABC):
 
         Called when the class itself is named by a ``torchplug.plugins`` entry point, or when
         user code calls ``MyAccelerator.register_accelerators(torchplug.AcceleratorRegistry)``.
+        The parameter may have any name: Lightning's ``accelerator_registry`` works as is. An
+        entry point naming a class imports its module while plugins are listed; if that module
+        imports torch, ``core plugins list`` flags it with the time it cost (name a small module
+        of hooks instead to keep listing torch-free).
         """
 
     @override

@@ -9,6 +9,7 @@ import torch
 from typing_extensions import override
 
 from torchplug.accelerators.accelerator import Accelerator
+from torchplug.utilities.devices import parse_device_ids
 
 __all__ = ["CPUAccelerator"]
 
@@ -21,6 +22,7 @@ class CPUAccelerator(Accelerator):
     device_type: ClassVar[str] = "cpu"
     autocast_device_type: ClassVar[str | None] = "cpu"
     process_group_backend: ClassVar[str] = "gloo"
+    devices_are_processes: ClassVar[bool] = True
 
     @staticmethod
     @override
@@ -37,19 +39,8 @@ class CPUAccelerator(Accelerator):
     @staticmethod
     @override
     def parse_devices(devices: Any) -> int:
-        """Accept a positive int or a string of digits: the number of processes."""
-        if isinstance(devices, bool) or not isinstance(devices, (int, str)):
-            raise TypeError(
-                f"devices={devices!r} is not valid with the CPU accelerator: give the number of processes, "
-                "a positive int such as devices=2."
-            )
-        text = str(devices).strip()
-        if not text.lstrip("-").isdigit() or int(text) <= 0:
-            raise ValueError(
-                f"devices={devices!r} is not valid with the CPU accelerator: give the number of processes, "
-                "a positive int such as devices=2."
-            )
-        return int(text)
+        """Accept a positive int or a string of digits: the number of processes (any number: they share the CPU)."""
+        return len(parse_device_ids(devices, None, "the CPU accelerator"))
 
     @staticmethod
     @override

@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, TextIO
 
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.states import TrainerFn
+from torchplug.utilities.env_vars import env_bool
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -106,11 +106,9 @@ class ProgressBar(Callback):
             return False
         if self.force is not None:
             return self.force
-        setting = os.environ.get(ENV_VAR, "").strip().lower()
-        if setting in ("1", "true", "yes", "on"):
-            return True
-        if setting in ("0", "false", "no", "off"):
-            return False
+        setting = env_bool(ENV_VAR, None)  # a value other than on/off/unset raises, naming the variable
+        if setting is not None:
+            return setting
         isatty = getattr(self.stream, "isatty", None)
         try:
             return bool(isatty()) if isatty is not None else False

@@ -7,14 +7,15 @@ import sys
 from collections.abc import Sequence
 from typing import Final
 
-from torchplug._errors import PluginError, PluginSettingsError
+from torchplug._errors import PluginError, SettingsError
 
 __all__ = ["EXIT_CODES", "TRAINING_COMMANDS", "main"]
 
 EXIT_CODES: Final = """exit codes:
   0  success
-  1  something is broken: a plugin failed to load or (with --check) a class failed to import,
-     or TORCHPLUG_STRICT_PLUGINS=1 and a plugin failed
+  1  something is broken: a plugin is broken (its import or a hook raised, or did not finish within
+     TORCHPLUG_PLUGIN_TIMEOUT) or incompatible, a listed name is broken (with --check: its class
+     failed to import, or its availability check raised)
   2  usage error: unknown option, kind or name, or a bad TORCHPLUG_* variable"""
 
 #: The training subcommands, parsed by jsonargparse in :mod:`torchplug.cli.trainer_cli` (imported only for them).
@@ -65,7 +66,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         return int(args.handler(args))
-    except PluginSettingsError as exc:
+    except SettingsError as exc:
         print(f"core: error: {exc}", file=sys.stderr)
         return 2
     except PluginError as exc:

@@ -7,7 +7,7 @@ import dataclasses
 import json
 import shutil
 import sys
-from typing import Any, Final
+from typing import Any, Final, TextIO
 
 from torchplug._discovery import STATES, canonicalize_name
 from torchplug._host import PluginHost
@@ -28,8 +28,10 @@ _KIND_ALIASES: Final = {
 }
 
 JSON_SCHEMA_HELP: Final = f"""--json prints one object (schema_version {SCHEMA_VERSION}):
-  core_version, settings {{autoload, requested, blocked, strict, prefer}}, discovery_ms,
-  plugins: [{{name, module, distribution, version, state, reason, requires_core, builtin, load_ms}}]
+  core_version, settings {{autoload, requested, blocked, strict, prefer, timeout}}, discovery_ms,
+  plugins: [{{name, module, distribution, version, state, reason, requires_core, builtin, load_ms, imports_torch}}]
+    (imports_torch: loading the plugin imported torch, which a plugin module must not do; the
+    table lists it with the time it took, and --json says so on stderr)
   entries: [{{kind, name, aliases, target, description, init_params,
              provider {{plugin, distribution, version, builtin}}, status, reason,
              detected (cluster environments only: whether detect() says yes here),
@@ -91,9 +93,9 @@ def _host() -> PluginHost:
     return PluginHost(dataclasses.replace(settings, strict=False))
 
 
-def _exit_code(listing: Listing, check: bool) -> int:
-    strict = PluginSettings.from_env().strict
-    return 1 if listing.failed and (check or strict) else 0
+def _exit_code(listing: Listing) -> int:
+    """1 when a plugin is broken or incompatible, or a listed name is broken (see EXIT_CODES)."""
+    return 1 if listing.failed else 0
 
 
 def _list(args: argparse.Namespace) -> int:
@@ -104,7 +106,8 @@ def _list(args: argparse.Namespace) -> int:
         sys.stdout.write("\n")
     else:
         _print_table(listing, args.verbose, args.check)
-    return _exit_code(listing, args.check)
+    _flag_torch_importers(listing, sys.stderr if args.json else sys.stdout)
+    return _exit_code(listing)
 
 
 def _print_table(listing: Listing, verbose: bool, check: bool) -> None:
@@ -157,6 +160,7 @@ def _print_plugins(listing: Listing, verbose: bool) -> None:
     for record in records:
         origin = f"{record.distribution}=={record.version}" if record.distribution else "TORCHPLUG_PLUGINS"
         detail = f" ({record.load_seconds * 1000:.1f} ms, {record.value})" if verbose else ""
+        detail += " (imported torch)" if record.imports_torch else ""
         out.write(f"  {record.name:<16} {record.state:<12} {origin}{detail}\n")
         if record.reason:
             out.write(f"    -> {record.reason}\n")
@@ -164,6 +168,21 @@ def _print_plugins(listing: Listing, verbose: bool) -> None:
             out.write("".join(f"       {line}\n" for line in record.traceback.rstrip().splitlines()))
     if not verbose:
         out.write("Run with -v for tracebacks and load times.\n")
+
+
+def _flag_torch_importers(listing: Listing, out: TextIO) -> None:
+    """Name each plugin whose loading imported torch while listing, with the time that loading took."""
+    records = listing.torch_importers
+    if not records:
+        return
+    out.write("\nPlugins that imported torch while listing (a plugin module must not):\n")
+    for record in records:
+        origin = f"{record.distribution}=={record.version}" if record.distribution else record.value
+        out.write(f"  {record.name:<16} {origin}  loading it took {record.load_seconds:.2f} s\n")
+    out.write(
+        "    -> Hint: register 'module:Class' paths and import torch only in those modules, "
+        "so that listing stays fast.\n"
+    )
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -188,11 +207,11 @@ def _show(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return 2
-    from torchplug._listing import _check
+    from torchplug._listing import check_one
 
     for report in matches:
         if report.status in ("ok", "unavailable", "shadowed"):
-            _check(report)
+            check_one(report)
     data = {"entries": [_detail(r) for r in matches], "plugins": [r.as_dict(verbose=True) for r in records]}
     if args.json:
         json.dump(data, sys.stdout, indent=2)

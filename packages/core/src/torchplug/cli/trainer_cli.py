@@ -15,8 +15,10 @@ Differences from Lightning 2.x, each on purpose:
 - Bad input exits with code 2 and one readable message that names the option, with no
   traceback: also for Trainer arguments that do not fit together (Lightning shows a traceback).
 - ``--resolve`` prints how the hardware arguments were resolved (``trainer.describe()``) and exits.
-- ``core`` imports class paths with the current directory first on ``sys.path``, as
-  ``python -m`` does, so ``--model=mypackage.MyModel`` finds ``./mypackage``.
+- ``core`` finds class paths in the current directory too, so ``--model=mypackage.MyModel``
+  finds ``./mypackage``; but the directory is added to ``sys.path`` only after plugin discovery,
+  and last, so that a file there never stands in for a plugin or an installed library (a stray
+  ``torch.py`` is never imported as torch).
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ from typing import Any, Final, NoReturn
 
 from jsonargparse import ArgumentParser, Namespace
 
-from torchplug._errors import MisconfigurationError, PluginError
+from torchplug._errors import MisconfigurationError, PluginError, PluginLoadError, SettingsError
 from torchplug._host import plugin_host
 from torchplug.callbacks.callback import Callback
 from torchplug.cli._main import TRAINING_COMMANDS
@@ -440,16 +442,25 @@ def _import_short_names() -> None:
 def run_command(argv: Sequence[str], prog: str = "core") -> int:
     """Run ``core fit|validate|test|predict ARGS`` and return its exit code (see :data:`EXIT_CODES`).
 
-    Class paths are imported with the current directory first on ``sys.path``, as ``python -m`` does,
-    so ``--model=examples.digits.DigitsClassifier`` works from the folder that holds ``examples/``.
+    Plugins are discovered first, with the current directory out of ``sys.path``. Then the directory
+    is appended to ``sys.path`` (last), so that ``--model=examples.digits.DigitsClassifier`` works
+    from the folder that holds ``examples/`` while installed packages always win over a file of
+    the same name there.
 
     Args:
         argv: The subcommand and its arguments (``["fit", "--config", "config.yaml"]``).
         prog: The program name shown in help and errors.
     """
+    try:
+        plugin_host().ensure_loaded()  # before the current directory is on sys.path
+    except PluginLoadError:
+        pass  # TORCHPLUG_STRICT_PLUGINS=1: raised as a usage error where a name is used
+    except SettingsError as exc:
+        print(f"{' '.join([prog, *argv[:1]])}: error: {exc}", file=sys.stderr)
+        return 2
     cwd = os.getcwd()
     if cwd not in sys.path:
-        sys.path.insert(0, cwd)
+        sys.path.append(cwd)
     try:
         TrainerCLI(args=argv, prog=prog)
     except SystemExit as exc:

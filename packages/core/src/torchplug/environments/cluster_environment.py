@@ -85,9 +85,18 @@ class ClusterEnvironment(ABC):
 
     A class that overrides :meth:`detect` itself (the Lightning-compatible form) keeps working: its
     :meth:`detect` is asked, and it has no reason to show unless it overrides :meth:`evidence` too.
+
+    Attributes:
+        detect_priority: The order of automatic detection: higher is asked first, and the first
+            environment whose :meth:`detect` says yes is used (ties: by registry name). The scale
+            of the built-ins: ``torchelastic`` 100 (torchrun inside any scheduler), ``slurm`` 90,
+            ``lsf`` 80, ``mpi`` 70, ``kubeflow`` 60, the default 10, and the fallback ``local`` 0,
+            which always says yes. Put an environment that runs inside another scheduler's
+            allocation above that scheduler. ``detect()`` of a third-party environment runs
+            within ``TORCHPLUG_PLUGIN_TIMEOUT`` seconds; one that raises or overstays is reported
+            in the trace and passed over.
     """
 
-    #: Order of automatic detection: higher is asked first. The fallback ``local`` has 0.
     detect_priority: ClassVar[int] = 10
 
     @classmethod

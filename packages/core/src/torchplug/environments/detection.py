@@ -12,20 +12,24 @@ An environment's ``detect_reason()`` names the evidence behind its answer (``"SL
 the trace shows it in parentheses.
 
 Plugins are isolated here as in discovery: a class that fails to import, or a ``detect()`` that
-raises, is reported in the trace and passed over; it never stops the others. Imports no torch.
+raises, is reported in the trace and passed over; it never stops the others. A third-party
+environment's import and ``detect()`` run within the plugin deadline (``TORCHPLUG_PLUGIN_TIMEOUT``),
+so one that blocks is reported as broken instead of hanging the Trainer. Imports no torch.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, cast
 
 from torchplug._errors import MisconfigurationError, PluginError
 from torchplug.environments.cluster_environment import ClusterEnvironment
+from torchplug.utilities.env_vars import NAME_PATTERN, env_list
 
 if TYPE_CHECKING:
+    from torchplug._deadline import Ticket
     from torchplug._registry import Registry, RegistryEntry
 
 __all__ = [
@@ -97,6 +101,7 @@ def select_cluster_environment(registry: Registry, environ: Mapping[str, str] | 
     Raises:
         PluginError: The forced environment is unknown, ambiguous or broken (the message names
             the variable and lists the registered environments).
+        SettingsError: :data:`SKIP_CLUSTER_ENVIRONMENTS_VAR` holds an item that is not a name.
         MisconfigurationError: No environment detected, which only happens when ``local`` is
             skipped or not registered.
     """
@@ -104,7 +109,7 @@ def select_cluster_environment(registry: Registry, environ: Mapping[str, str] | 
     forced = env.get(CLUSTER_ENVIRONMENT_VAR, "").strip()
     if forced:
         return _forced(registry, forced)
-    skip = {name.strip().lower() for name in env.get(SKIP_CLUSTER_ENVIRONMENTS_VAR, "").split(",") if name.strip()}
+    skip = {name.lower() for name in env_list(SKIP_CLUSTER_ENVIRONMENTS_VAR, environ=env)}
     trace: list[str] = []
     candidates = _candidates(registry, skip, trace)
     for candidate in candidates:
@@ -119,21 +124,39 @@ def select_cluster_environment(registry: Registry, environ: Mapping[str, str] | 
 
 
 def _forced(registry: Registry, forced: str) -> Selection:
+    if not NAME_PATTERN.match(forced):
+        raise MisconfigurationError(
+            f"{CLUSTER_ENVIRONMENT_VAR}={forced!r} is not a registered name (letters, digits and '_', '-', '.', "
+            f"'+', optionally @provider). Installed: {', '.join(registry.names())}."
+        )
     try:
         entry = registry.resolve(forced)
-        cls = cast("type[ClusterEnvironment]", entry.load())
+        entry.load()
     except PluginError as exc:  # the registry's message lists the installed names and the fixes
         raise type(exc)(
             f"{CLUSTER_ENVIRONMENT_VAR}={forced!r} cannot be used: {exc} Or unset {CLUSTER_ENVIRONMENT_VAR} "
             "to detect the cluster environment automatically."
         ) from exc
     line = f"{entry.name}: forced by {CLUSTER_ENVIRONMENT_VAR}={forced}"
-    try:
-        if not cls.detect():
-            line += " (its detect() says no; used anyway)"
-    except Exception as exc:  # plugin boundary: the forced choice stands whatever detect() does
-        line += f" (its detect() raised {type(exc).__name__}: {exc}; used anyway)"
+    from torchplug._registry import at_boundary
+
+    (answer,) = at_boundary([entry], _forced_call)
+    if isinstance(answer, PluginError):  # the forced choice stands whatever detect() does
+        line += f" (its detect() failed: {answer}; used anyway)"
+    elif answer:
+        line += f" ({answer}; used anyway)"
     return Selection(entry.create(), entry.name, (line,))
+
+
+def _forced_call(entry: RegistryEntry) -> Callable[[Ticket], str | None]:
+    def call(ticket: Ticket) -> str | None:
+        ticket.phase = "running detect()"
+        try:
+            return None if entry.load().detect() else "its detect() says no"
+        except Exception as exc:  # plugin boundary: said in the trace
+            return f"its detect() raised {type(exc).__name__}: {exc}"
+
+    return call
 
 
 def _candidates(registry: Registry, skip: set[str], trace: list[str]) -> list[_Candidate]:
@@ -141,7 +164,7 @@ def _candidates(registry: Registry, skip: set[str], trace: list[str]) -> list[_C
 
     Skipped names are not even imported. Ambiguous, skipped and broken names go to ``trace``.
     """
-    found: list[_Candidate] = []
+    chosen: list[tuple[str, RegistryEntry]] = []
     known: set[str] = set()
     for name in registry.names():
         resolution = registry.resolution(name)
@@ -156,22 +179,43 @@ def _candidates(registry: Registry, skip: set[str], trace: list[str]) -> list[_C
         elif skip & {name, *entry.aliases}:
             trace.append(f"{name}: skipped ({SKIP_CLUSTER_ENVIRONMENTS_VAR})")
         else:
-            candidate = _load(name, entry, trace)
-            if candidate is not None:
-                found.append(candidate)
+            chosen.append((name, entry))
+    found = _load_each(chosen, trace)
     trace += [f"{name}: not registered (named in {SKIP_CLUSTER_ENVIRONMENTS_VAR})" for name in sorted(skip - known)]
     return sorted(found, key=lambda c: (-c.priority, c.name))
 
 
-def _load(name: str, entry: RegistryEntry, trace: list[str]) -> _Candidate | None:
-    try:
+def _load_each(chosen: list[tuple[str, RegistryEntry]], trace: list[str]) -> list[_Candidate]:
+    """Import each environment class and read its priority at the plugin boundary (one worker for all)."""
+    from torchplug._registry import at_boundary
+
+    found: list[_Candidate] = []
+    results = at_boundary([entry for _, entry in chosen], _priority_call)
+    for (name, entry), result in zip(chosen, results):
+        if isinstance(result, PluginError):  # a broken environment never stops detection
+            cause = entry.error or result
+            trace.append(f"{name}: broken: {type(cause).__name__}: {cause} (from {entry.provider})")
+        else:
+            cls, priority = result
+            found.append(_Candidate(name, entry, cls, priority))
+    return found
+
+
+def _priority_call(entry: RegistryEntry) -> Callable[[Ticket], tuple[type[ClusterEnvironment], int]]:
+    def call(ticket: Ticket) -> tuple[type[ClusterEnvironment], int]:
+        ticket.phase = "importing its class"
         cls = cast("type[ClusterEnvironment]", entry.load())  # load() checked the base class
-        priority = int(cls.detect_priority)
-    except Exception as exc:  # plugin boundary: a broken environment never stops detection
-        cause = entry.error or exc
-        trace.append(f"{name}: broken: {type(cause).__name__}: {cause} (from {entry.provider})")
-        return None
-    return _Candidate(name, entry, cls, priority)
+        return cls, int(cls.detect_priority)
+
+    return call
+
+
+def _detect_call(entry: RegistryEntry) -> Callable[[Ticket], tuple[bool, str]]:
+    def call(ticket: Ticket) -> tuple[bool, str]:
+        ticket.phase = "running detect()"
+        return ask(cast("type[ClusterEnvironment]", entry.load()))
+
+    return call
 
 
 def ask(cls: type[ClusterEnvironment]) -> tuple[bool, str]:
@@ -192,5 +236,10 @@ def ask(cls: type[ClusterEnvironment]) -> tuple[bool, str]:
 
 
 def _ask(candidate: _Candidate) -> tuple[bool, str]:
-    detected, text = ask(candidate.cls)
+    from torchplug._registry import at_boundary
+
+    (answer,) = at_boundary([candidate.entry], _detect_call)
+    if isinstance(answer, PluginError):
+        return False, f"{candidate.name}: broken: {answer}"
+    detected, text = answer
     return detected, f"{candidate.name}: {text}"

@@ -23,6 +23,10 @@ class CheckpointIO(ABC):
     Implementations must write atomically: a failure or a kill in the middle of
     :meth:`save_checkpoint` leaves any earlier file at ``path`` intact, and never leaves a
     half-written file under the final name.
+
+    A checkpoint IO has no class attributes for the core to read: the accelerator names the one
+    it needs (``Accelerator.default_checkpoint_io``), and the user may pick another with
+    ``plugins=["async"]`` or an instance.
     """
 
     @abstractmethod

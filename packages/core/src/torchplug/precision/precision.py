@@ -26,9 +26,14 @@ _NO_CONTEXT = contextlib.nullcontext()  # reusable and reentrant: one object for
 
 
 class Precision:
-    """Full float32 precision, and the interface every precision plugin implements."""
+    """Full float32 precision, and the interface every precision plugin implements.
 
-    #: Registry name this class is usually known by (informational).
+    Attributes:
+        name: The registry name this class is usually known by (``"32-true"``, ``"bf16-mixed"``).
+            Informational: the name given to ``registry.register`` is the one users type, and an
+            accelerator's ``supported_precisions`` lists registry names.
+    """
+
     name: ClassVar[str] = "32-true"
 
     def connect_accelerator(self, accelerator: Accelerator) -> None:

@@ -62,15 +62,19 @@ class Strategy(ABC):
         precision: The numerics plugin, or None for the Trainer's choice.
         checkpoint_io: The storage plugin, or None for the accelerator's default.
         cluster_environment: The rank/rendezvous source, or None for the detected one.
+
+    Attributes:
+        is_distributed: Whether this strategy runs more than one process (and so needs a cluster
+            environment). A strategy that is not is refused with ``devices`` or ``num_nodes``
+            above 1, naming the accelerator's ``parallel_strategy`` as the fix.
+        restore_checkpoint_after_setup: Whether a checkpoint is restored after :meth:`setup`
+            (sharded strategies, whose parameters exist only once wrapped) instead of before.
+        handles_gradient_accumulation: Whether the strategy accumulates gradients itself (on the
+            device); the Trainer then calls the optimizer step on every batch.
     """
 
-    #: Whether this strategy runs more than one process (and so needs a cluster environment).
     is_distributed: ClassVar[bool] = False
-
-    #: Whether the checkpoint must be restored after :meth:`setup` (sharded strategies) instead of before.
     restore_checkpoint_after_setup: ClassVar[bool] = False
-
-    #: Whether the strategy accumulates gradients itself (on the device); the Trainer then steps every batch.
     handles_gradient_accumulation: ClassVar[bool] = False
 
     def __init__(
@@ -440,7 +444,11 @@ class Strategy(ABC):
 
     @classmethod
     def register_strategies(cls, registry: Registry[Strategy]) -> None:
-        """Lightning-style self-registration: override to call ``registry.register(...)``."""
+        """Lightning-style self-registration: override to call ``registry.register(...)``.
+
+        Called when the class itself is named by a ``torchplug.plugins`` entry point; the
+        parameter may have any name (Lightning's is ``strategy_registry``).
+        """
 
     @override
     def __repr__(self) -> str:

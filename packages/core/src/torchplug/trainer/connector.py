@@ -17,12 +17,13 @@ from typing import Any, Final, Protocol, TypeAlias, TypeVar, runtime_checkable
 
 from torchplug._errors import MisconfigurationError, PluginUnavailableError
 from torchplug._host import PluginHost, plugin_host
-from torchplug._registry import INSTALL_HINTS, Registry, RegistryEntry, why_unavailable
+from torchplug._registry import INSTALL_HINTS, Registry, RegistryEntry, check_availability, why_unavailable
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
+from torchplug.utilities.devices import check_device_count
 
 __all__ = [
     "AcceleratorArg",
@@ -210,9 +211,8 @@ class _Resolver:
                 skipped.append(f"{name}: not usable")
                 continue
             try:
-                reason = winner.run_probe()  # the cheap probe first: no import when it says no
+                reason = check_availability(winner)  # probe, import, is_available(): at the plugin boundary
                 cls = winner.load() if reason is None else None
-                reason = reason or (why_unavailable(cls, winner) if cls is not None else None)
             except Exception as exc:  # one broken accelerator never stops "auto"
                 skipped.append(f"{name}: {type(exc).__name__}")
                 continue
@@ -250,6 +250,8 @@ class _Resolver:
             value, why = devices, f"devices={devices!r}"
         try:
             parsed = accelerator.parse_devices(value)
+            if devices != "auto":
+                check_device_count(accelerator, parsed, devices)
             parallel = list(accelerator.get_parallel_devices(parsed))
         except (TypeError, ValueError) as exc:
             raise MisconfigurationError(str(exc)) from exc

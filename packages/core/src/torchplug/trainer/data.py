@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 from collections.abc import Callable, Iterable, Sized
 from typing import TYPE_CHECKING, Any
 
@@ -18,6 +17,7 @@ from torchplug.strategies.strategy import Strategy
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.apply import move_to_device
+from torchplug.utilities.env_vars import env_int
 from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -72,7 +72,7 @@ def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None,
     if loader.batch_size is None:  # a custom batch_sampler: leave it alone
         return loader
     shuffle = isinstance(sampler, RandomSampler) if sampler is not None else shuffle_default
-    seed = int(os.environ.get("TORCHPLUG_GLOBAL_SEED", 0))
+    seed = env_int("TORCHPLUG_GLOBAL_SEED", 0, minimum=0, maximum=2**32 - 1)
     distributed: DistributedSampler[Any] = DistributedSampler(
         loader.dataset, shuffle=shuffle, seed=seed, **sampler_kwargs
     )

@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from torchplug.utilities.env_vars import env_int
+
 __all__ = ["capture_rng_states", "restore_rng_states", "seed_everything"]
 
 
@@ -16,6 +18,10 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
 
     Args:
         seed: The seed; None reads ``TORCHPLUG_GLOBAL_SEED``, else picks one from the OS.
+
+    Raises:
+        ValueError: ``seed`` is not an int from 0 to 2**32 - 1.
+        SettingsError: ``TORCHPLUG_GLOBAL_SEED`` is set to something else.
         workers: Also export ``TORCHPLUG_SEED_WORKERS=1`` so that dataloader workers get distinct,
             reproducible seeds.
 
@@ -23,8 +29,8 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
         The seed used.
     """
     if seed is None:
-        env_seed = os.environ.get("TORCHPLUG_GLOBAL_SEED")
-        seed = int(env_seed) if env_seed is not None else random.SystemRandom().randint(0, 2**31 - 1)
+        env_seed = env_int("TORCHPLUG_GLOBAL_SEED", None, minimum=0, maximum=2**32 - 1)
+        seed = env_seed if env_seed is not None else random.SystemRandom().randint(0, 2**31 - 1)
     if not isinstance(seed, int) or isinstance(seed, bool) or not 0 <= seed < 2**32:
         raise ValueError(f"seed={seed!r} is not valid: give an int between 0 and 2**32 - 1.")
     os.environ["TORCHPLUG_GLOBAL_SEED"] = str(seed)

@@ -23,6 +23,7 @@ from typing_extensions import override
 from torchplug._errors import MisconfigurationError
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.strategies.launcher import Launcher
+from torchplug.utilities.env_vars import env_float, env_int
 from torchplug.utilities.rank_zero import log
 
 __all__ = ["FAILURE_TIMEOUT_ENV", "SubprocessScriptLauncher"]
@@ -65,8 +66,12 @@ class _Children:
         self._note_pipes: dict[int, int] = {}  # local rank -> the reading end of its note pipe
         self._notes: dict[int, str] = {}
         self._lock = threading.Lock()
+        #: Seconds rank 0 may take to stop after a child failed (``TORCHPLUG_RANK_FAILURE_TIMEOUT``).
+        self.failure_timeout = 30.0
 
     def start(self, command: list[str], ranks: range, environ: dict[str, str]) -> None:
+        # Read and checked here, in the main thread, before any child starts: the watchdog only uses it.
+        self.failure_timeout = failure_timeout()
         for local_rank in ranks:
             read, write = os.pipe()
             os.set_blocking(read, False)
@@ -123,7 +128,7 @@ class _Children:
             time.sleep(0.2)
         log.error("%s", self.failure)
         self.terminate()
-        timeout = float(os.environ.get(FAILURE_TIMEOUT_ENV, "30"))
+        timeout = self.failure_timeout
         time.sleep(timeout)  # rank 0 normally fails by itself first (its collectives lose their peer)
         if self.reported:  # it did, and raised the failure: the program decides what happens next
             return
@@ -181,6 +186,15 @@ class _Children:
 
 
 _CHILDREN = _Children()
+
+
+def failure_timeout() -> float:
+    """``TORCHPLUG_RANK_FAILURE_TIMEOUT`` in seconds (default 30).
+
+    Raises:
+        SettingsError: The value is not a number >= 0.
+    """
+    return env_float(FAILURE_TIMEOUT_ENV, 30.0, minimum=0.0)
 
 
 def _leave_note(exc: BaseException) -> None:
@@ -262,11 +276,12 @@ class SubprocessScriptLauncher(Launcher):
     @staticmethod
     def _watch_parent_once() -> None:
         global _WATCHING_PARENT
-        parent = os.environ.get(_PARENT_ENV)
+        parent = env_int(_PARENT_ENV, None, minimum=1)  # set by rank 0's launcher; checked before use
+        env_int(_NOTE_FD_ENV, None, minimum=0)
         if parent is None or _WATCHING_PARENT:
             return
         _WATCHING_PARENT = True
-        threading.Thread(target=_watch_parent, args=(int(parent),), name="torchplug-parent-watch", daemon=True).start()
+        threading.Thread(target=_watch_parent, args=(parent,), name="torchplug-parent-watch", daemon=True).start()
 
     @override
     def kill(self, signum: int) -> None:
