@@ -8,12 +8,26 @@ from pathlib import Path
 
 import pytest
 
+from tests.plugin_site_support import plugin_site
 from torchplug._host import PluginHost
 
-#: The plugin module registering every faulty plugin (loaded by name, as TORCHPLUG_PLUGINS does).
+#: The plugin module registering every faulty plugin, installed as the distribution ``torchplug-test-broken``
+#: (see :func:`tests.plugin_site_support.plugin_site`) so that TORCHPLUG_PLUGINS can name it.
 BROKEN_PLUGIN = "tests.core.testing.broken_plugin"
+BROKEN_SITE = plugin_site("torchplug-test-broken", BROKEN_PLUGIN)
+#: A plugin module that imports torch and a vendor library at listing (torchplug-test-heavy).
+HEAVY_SITE = plugin_site("torchplug-test-heavy", "tests.core.testing.heavy_plugin")
+#: A plugin module registering a name of BROKEN_PLUGIN's under another kind (torchplug-test-twin).
+TWIN_SITE = plugin_site("torchplug-test-twin", "tests.core.testing.twin_plugin")
 FAKE_VENDOR = Path(__file__).parent / "fake_vendor"
 REPO_ROOT = Path(__file__).resolve().parents[3]
+
+
+@pytest.fixture(autouse=True)
+def _broken_plugin_installed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The faulty plugins' distribution on ``sys.path`` (a child process gets it through :func:`child_env`)."""
+    monkeypatch.syspath_prepend(str(BROKEN_SITE))
+
 
 #: The checks that train, skipped where a test is about another check (each is covered elsewhere).
 TRAINING = (
@@ -45,8 +59,14 @@ def broken_host(new_host: Callable[..., PluginHost]) -> PluginHost:
     return new_host(autoload=False, requested=(BROKEN_PLUGIN,))
 
 
-def child_env(**extra: str) -> dict[str, str]:
-    """The environment of a ``core`` command run by a test: the repository importable, autoload off."""
+def child_env(*sites: Path, **extra: str) -> dict[str, str]:
+    """The environment of a ``core`` command run by a test: the repository and the faulty plugins importable
+    (and the plugin ``sites`` given), autoload off."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TORCHPLUG_")}
-    env.update(PYTHONPATH=str(REPO_ROOT), TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD="1", OMP_NUM_THREADS="1", **extra)
+    env.update(
+        PYTHONPATH=os.pathsep.join(map(str, [REPO_ROOT, BROKEN_SITE, *sites])),
+        TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD="1",
+        OMP_NUM_THREADS="1",
+        **extra,
+    )
     return env

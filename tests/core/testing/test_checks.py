@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.core.testing.conftest import BROKEN_PLUGIN, FAKE_VENDOR, skip_training
+from tests.core.testing.conftest import BROKEN_PLUGIN, FAKE_VENDOR, HEAVY_SITE, skip_training
 from torchplug._host import PluginHost
 from torchplug.testing import OUTCOMES, checks_for, verify
 
@@ -95,6 +95,7 @@ def test_listing_that_imports_torch_and_a_vendor_library_fails(
     new_host: object, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.syspath_prepend(str(FAKE_VENDOR))
+    monkeypatch.syspath_prepend(str(HEAVY_SITE))
     host = new_host(autoload=False, requested=("tests.core.testing.heavy_plugin",))  # type: ignore[operator]
     report = verify("heavy", host=host, skip=skip_training("accelerator"))
     listing = next(r for r in report.results if r.check.name == "listing_is_light")

@@ -5,16 +5,17 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
-from tests.core.testing.conftest import BROKEN_PLUGIN, REPO_ROOT, child_env, skip_training
+from tests.core.testing.conftest import BROKEN_PLUGIN, REPO_ROOT, TWIN_SITE, child_env, skip_training
 
 
-def core(*args: str, plugins: str = BROKEN_PLUGIN) -> subprocess.CompletedProcess[str]:
+def core(*args: str, plugins: str = BROKEN_PLUGIN, sites: tuple[Path, ...] = ()) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "torchplug", *args],
-        env=child_env(TORCHPLUG_PLUGINS=plugins),
+        env=child_env(*sites, TORCHPLUG_PLUGINS=plugins),
         cwd=REPO_ROOT,
         capture_output=True,
         text=True,
@@ -32,9 +33,8 @@ def test_a_broken_plugin_exits_1_naming_the_check_and_its_fix() -> None:
     assert result.returncode == 1, result.stderr
     lines = result.stdout.splitlines()
     assert (
-        lines[0]
-        == "accelerator 'junk_devices' (tests.core.testing.broken:JunkAcceptingAccelerator) from module "
-        + BROKEN_PLUGIN
+        lines[0] == "accelerator 'junk_devices' (tests.core.testing.broken:JunkAcceptingAccelerator) from "
+        "torchplug-test-broken 1.0"  # the distribution installed around BROKEN_PLUGIN (see conftest)
     )
     failed = [line for line in lines if "FAILED" in line]
     assert [line.split()[0] for line in failed] == [
@@ -116,7 +116,9 @@ def test_usage_errors_exit_2(args: list[str], message: str) -> None:
 
 
 def test_a_name_of_several_kinds_asks_for_kind() -> None:
-    result = core("plugins", "verify", "in_place", plugins=f"{BROKEN_PLUGIN},tests.core.testing.twin_plugin")
+    result = core(
+        "plugins", "verify", "in_place", plugins=f"{BROKEN_PLUGIN},tests.core.testing.twin_plugin", sites=(TWIN_SITE,)
+    )
     assert result.returncode == 2
     assert "'in_place' is registered as several kinds: accelerator, checkpoint_io. Hint: add --kind accelerator" in (
         result.stderr
