@@ -4,6 +4,10 @@ from torchplug.accelerators.accelerator import Accelerator
 from torchplug.utilities.devices import parse_device_ids
 from torchplug.utilities.imports import lazy_attributes
 
-__all__ = ["Accelerator", "CPUAccelerator", "parse_device_ids"]
+__all__ = ["Accelerator", "CPUAccelerator", "TorchDeviceAccelerator", "parse_device_ids"]
 
-__getattr__, __dir__ = lazy_attributes(__name__, {"CPUAccelerator": "torchplug.accelerators.cpu"}, globals())
+__getattr__, __dir__ = lazy_attributes(
+    __name__,
+    {"CPUAccelerator": "torchplug.accelerators.cpu", "TorchDeviceAccelerator": "torchplug.accelerators.torch_device"},
+    globals(),
+)

@@ -36,8 +36,14 @@ from typing import Any, Final, NoReturn
 
 from jsonargparse import ArgumentParser, Namespace
 
-from torchplug._errors import MisconfigurationError, PluginError, PluginLoadError, SettingsError
-from torchplug._host import plugin_host
+from torchplug._errors import (
+    MisconfigurationError,
+    PluginError,
+    PluginLoadError,
+    SettingsError,
+    UnknownPluginError,
+)
+from torchplug._host import PluginHost, plugin_host
 from torchplug.callbacks.callback import Callback
 from torchplug.cli._main import TRAINING_COMMANDS
 from torchplug.cli._parser import HelpFormatter, Parser, check_config_files
@@ -333,7 +339,7 @@ class TrainerCLI:
         option = f"--trainer.{arg}={name}"
         try:
             if len(kinds) == 1:
-                host.registry(kinds[0]).resolve(name)
+                _resolve_name(host, kinds[0], name)
                 return
             if any(name.split("@")[0].lower() in host.registry(kind) for kind in kinds):
                 return
@@ -392,6 +398,18 @@ class TrainerCLI:
             _print_fit_summary(self.trainer, time.perf_counter() - start)
         elif self.subcommand == "predict":
             _print_predictions(result)
+
+
+def _resolve_name(host: PluginHost, kind: str, name: str) -> None:
+    """Resolve ``name`` in ``kind``'s registry; an accelerator may also be torch's current device type."""
+    try:
+        host.registry(kind).resolve(name)
+    except UnknownPluginError as unknown:
+        if kind != "accelerator":
+            raise
+        from torchplug.accelerators.torch_device import resolve_device_type
+
+        resolve_device_type(name, unknown)  # raises the same error, extended with torch's current device
 
 
 def _with_option(message: str) -> str:

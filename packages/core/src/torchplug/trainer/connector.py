@@ -15,9 +15,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeAlias, TypeVar, runtime_checkable
 
-from torchplug._errors import MisconfigurationError, PluginUnavailableError
+from torchplug._errors import MisconfigurationError, PluginUnavailableError, UnknownPluginError
 from torchplug._host import PluginHost, plugin_host
-from torchplug._registry import INSTALL_HINTS, Registry, RegistryEntry, check_availability, why_unavailable
+from torchplug._registry import INSTALL_HINTS, Registry, RegistryEntry, why_unavailable
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
@@ -61,11 +61,12 @@ _T = TypeVar("_T")
 
 @dataclass(frozen=True)
 class Decision:
-    """One resolved choice: what was decided, the value chosen, and why."""
+    """One resolved choice: what was decided, the value chosen, why, and the alternatives that lost (and why)."""
 
     what: str
     value: str
     why: str
+    details: tuple[str, ...] = ()
 
 
 @dataclass
@@ -80,11 +81,15 @@ class Resolution:
     def describe(self) -> str:
         """The decision trace as aligned text, one line per choice."""
         width = max(len(d.what) for d in self.trace)
-        return "\n".join(f"{d.what:<{width}}  {d.value}  ({d.why})" for d in self.trace)
+        lines = []
+        for d in self.trace:
+            lines.append(f"{d.what:<{width}}  {d.value}  ({d.why})")
+            lines.extend(f"{'':<{width}}    - {detail}" for detail in d.details)
+        return "\n".join(lines)
 
-    def as_dicts(self) -> list[dict[str, str]]:
-        """The decision trace as JSON-ready data."""
-        return [{"what": d.what, "value": d.value, "why": d.why} for d in self.trace]
+    def as_dicts(self) -> list[dict[str, Any]]:
+        """The decision trace as JSON-ready data (``details``: the alternatives that lost, and why)."""
+        return [{"what": d.what, "value": d.value, "why": d.why, "details": list(d.details)} for d in self.trace]
 
 
 def _interactive() -> bool:
@@ -115,8 +120,8 @@ class _Resolver:
         self.host = host
         self.trace: list[Decision] = []
 
-    def note(self, what: str, value: str, why: str) -> None:
-        self.trace.append(Decision(what, value, why))
+    def note(self, what: str, value: str, why: str, details: tuple[str, ...] = ()) -> None:
+        self.trace.append(Decision(what, value, why, details))
 
     # -- plugins=[...] --------------------------------------------------------------------------
 
@@ -190,10 +195,7 @@ class _Resolver:
         if value in ("auto", None):
             return self.auto_accelerator()
         if isinstance(value, str):
-            entry = self.host.registry("accelerator").resolve(value)
-            accelerator = _create(entry)
-            self.note("accelerator", entry.name, f"accelerator={value!r}, from {entry.provider}")
-            return accelerator
+            return self.named_accelerator(value)
         accelerator = self.instance(self.host.registry("accelerator"), value)
         reason = why_unavailable(type(accelerator))
         if reason is not None:
@@ -202,34 +204,39 @@ class _Resolver:
         return accelerator
 
     def auto_accelerator(self) -> Accelerator:
+        """``accelerator="auto"``: see :mod:`torchplug.trainer.auto_accelerator` (warnings, ties, every candidate)."""
+        from torchplug.trainer.auto_accelerator import choose
+
+        choice = choose(self.host.registry("accelerator"))
+        self.note("accelerator", choice.winner.name, choice.why, choice.details)
+        return choice.create()  # its availability was checked while choosing
+
+    def named_accelerator(self, value: str) -> Accelerator:
+        """A registered accelerator name, else torch's current device type served by the generic accelerator."""
         registry = self.host.registry("accelerator")
-        candidates: list[tuple[int, str, RegistryEntry[Accelerator]]] = []
-        skipped: list[str] = []
-        for name in registry.names():
-            winner = registry.resolution(name).winner
-            if winner is None or winner.error is not None:
-                skipped.append(f"{name}: not usable")
-                continue
-            try:
-                reason = check_availability(winner)  # probe, import, is_available(): at the plugin boundary
-                cls = winner.load() if reason is None else None
-            except Exception as exc:  # one broken accelerator never stops "auto"
-                skipped.append(f"{name}: {type(exc).__name__}")
-                continue
-            if reason is not None or cls is None:
-                skipped.append(f"{name}: unavailable")
-                continue
-            candidates.append((int(cls.auto_priority), name, winner))
-        if not candidates:
-            raise MisconfigurationError(f"accelerator='auto' found no usable accelerator ({'; '.join(skipped)}).")
-        candidates.sort(key=lambda c: (-c[0], c[1]))
-        priority, name, entry = candidates[0]
-        others = ", ".join(f"{n} ({p})" for p, n, _ in candidates[1:])
-        why = f"accelerator='auto': highest priority available ({priority})"
-        why += f"; also available: {others}" if others else ""
-        why += f"; skipped: {'; '.join(skipped)}" if skipped else ""
-        self.note("accelerator", name, why)
-        return entry.create()  # its availability was checked above
+        try:
+            entry = registry.resolve(value)
+        except UnknownPluginError as unknown:
+            from torchplug.accelerators.torch_device import NAME, resolve_device_type
+
+            cls = resolve_device_type(value, unknown)
+            reason = why_unavailable(cls)
+            if reason is not None:
+                raise PluginUnavailableError(
+                    f"accelerator={value!r} is torch's device type, but the generic accelerator cannot serve it: "
+                    f"{reason}"
+                ) from None
+            generic = registry.resolve(NAME)
+            self.note(
+                "accelerator",
+                cls.device_type,
+                f"accelerator={value!r}: torch's device type, served by "
+                f"the generic accelerator {NAME!r} from {generic.provider}",
+            )
+            return cls()
+        accelerator = _create(entry)
+        self.note("accelerator", entry.name, f"accelerator={value!r}, from {entry.provider}")
+        return accelerator
 
     # -- devices --------------------------------------------------------------------------------
 
