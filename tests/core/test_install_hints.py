@@ -38,6 +38,7 @@ def test_the_generator_finds_every_first_party_package(generator: dict[str, Any]
         "accel-tpu",
         "accel-ipu",
         "accel-hpu",
+        "accel-mps",
         "env-slurm",
         "io-xla",
         "strategy-deepspeed",

@@ -17,6 +17,7 @@ INSTALL_HINTS: Final[dict[str, dict[str, str]]] = {
         "gpu": "accel-cuda",
         "hpu": "accel-hpu",
         "ipu": "accel-ipu",
+        "mps": "accel-mps",
         "tpu": "accel-tpu",
         "xla": "accel-tpu",
     },
