@@ -24,11 +24,25 @@ _LAUNCHES = {
     "ddp_fork": ("fork", "forks workers: works in notebooks"),
 }
 
+_FAIRSCALE = {
+    "ddp_sharded": "DDPShardedStrategy",
+    "ddp_sharded_spawn": "DDPSpawnShardedStrategy",
+    "ddp_fully_sharded": "DDPFullyShardedStrategy",
+}
+
 
 @hookimpl
 def torchplug_register_accelerators(registry: Registry[Accelerator]) -> None:
     registry.register(
         "cpu", "torchplug.accelerators.cpu:CPUAccelerator", description="The CPU; devices=N runs N processes"
+    )
+    # The generic accelerator: whatever device torch.accelerator reports, when no plugin claims its type.
+    # Its probe only checks that torch is installed: listing never imports torch, the rest is asked on use.
+    registry.register(
+        "torch",
+        "torchplug.accelerators.torch_device:TorchDeviceAccelerator",
+        description="Whatever device torch.accelerator reports, unless a plugin claims its type; probed on use",
+        probe="torchplug.accelerators._torch_backends:probe",
     )
 
 
@@ -64,6 +78,22 @@ def torchplug_register_strategies(registry: Registry[Strategy]) -> None:
         description="FSDP with parameters and gradients offloaded to the CPU",
         cpu_offload=True,
     )
+    # Names of the original plugin documentation that are not provided: listed, and refused with the reason.
+    # (Not 'dp': one letter from 'ddp', it would be the first suggestion for every misspelt 'ddp'. The class
+    # DataParallelStrategy raises with the reason; strategy='dp' is an unknown name that suggests 'ddp'.)
+    registry.register(
+        "ddp2",
+        "torchplug.strategies.removed:DDP2Strategy",
+        description="Removed in Lightning 1.7 (DataParallel in a node is slower than DDP): use 'ddp'",
+        probe="torchplug.strategies.removed:ddp2_probe",
+    )
+    for name, cls in _FAIRSCALE.items():
+        registry.register(
+            name,
+            f"torchplug.strategies.removed:{cls}",
+            description="fairscale's sharded training, not provided (it became torch FSDP): use 'fsdp'",
+            probe="torchplug.strategies.removed:sharded_probe",
+        )
 
 
 @hookimpl
@@ -106,6 +136,42 @@ def torchplug_register_precisions(registry: Registry[Precision]) -> None:
         "torchplug.precision.half:HalfPrecision",
         description="bfloat16 weights and compute",
         precision="bf16-true",
+    )
+    _register_legacy_precisions(registry)
+
+
+_APEX = "torchplug.precision.legacy:ApexMixedPrecision"
+
+
+def _register_legacy_precisions(registry: Registry[Precision]) -> None:
+    """The Apex and sharded names of the original plugin documentation: their native equivalent, or the reason."""
+    registry.register(
+        "apex-o1",
+        _APEX,
+        aliases=("apex",),
+        description="NVIDIA Apex AMP O1 (deprecated by NVIDIA): runs as 16-mixed, with a note",
+        amp_level="O1",
+    )
+    registry.register("apex-o0", _APEX, description="NVIDIA Apex AMP O0: runs as 32-true, with a note", amp_level="O0")
+    registry.register(
+        "apex-o2",
+        _APEX,
+        description="NVIDIA Apex AMP O2 (float16 weights, float32 master copies): no native equivalent",
+        probe="torchplug.precision.legacy:apex_o2_probe",
+        amp_level="O2",
+    )
+    registry.register("apex-o3", _APEX, description="NVIDIA Apex AMP O3: runs as 16-true, with a note", amp_level="O3")
+    registry.register(
+        "sharded-16-mixed",
+        "torchplug.precision.legacy:ShardedNativeMixedPrecision",
+        description="ShardedNativeMixedPrecision (fairscale): runs as 16-mixed; shard with strategy='fsdp'",
+        precision="16-mixed",
+    )
+    registry.register(
+        "fully-sharded-16-mixed",
+        "torchplug.precision.legacy:FullyShardedNativeMixedPrecision",
+        description="FullyShardedNativeMixedPrecision (fairscale): runs as 16-mixed under strategy='fsdp'",
+        precision="16-mixed",
     )
 
 

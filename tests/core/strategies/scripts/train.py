@@ -66,6 +66,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-ckpt", help="trainer.save_checkpoint(PATH) after fit, on every rank")
     parser.add_argument("--resume", help="fit(ckpt_path=PATH)")
     parser.add_argument("--full-state", action="store_true", help="gather the state dict through the strategy")
+    parser.add_argument("--precision", default=None, help="Trainer(precision=...)")
     return parser.parse_args(argv)
 
 
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         num_nodes=args.num_nodes,
         strategy=strategy_of(args),
         plugins=plugins,
+        precision=args.precision,
         max_epochs=args.epochs,
         max_steps=args.max_steps,
         logger=logger,

@@ -4,7 +4,19 @@ from torchplug.strategies.launcher import Launcher
 from torchplug.strategies.strategy import Strategy
 from torchplug.utilities.imports import lazy_attributes
 
-__all__ = ["DDPStrategy", "FSDPStrategy", "Launcher", "ParallelStrategy", "SingleDeviceStrategy", "Strategy"]
+__all__ = [
+    "DDP2Strategy",
+    "DDPFullyShardedStrategy",
+    "DDPShardedStrategy",
+    "DDPSpawnShardedStrategy",
+    "DDPStrategy",
+    "DataParallelStrategy",
+    "FSDPStrategy",
+    "Launcher",
+    "ParallelStrategy",
+    "SingleDeviceStrategy",
+    "Strategy",
+]
 
 __getattr__, __dir__ = lazy_attributes(
     __name__,
@@ -13,6 +25,12 @@ __getattr__, __dir__ = lazy_attributes(
         "ParallelStrategy": "torchplug.strategies.parallel",
         "DDPStrategy": "torchplug.strategies.ddp",
         "FSDPStrategy": "torchplug.strategies.fsdp",
+        # Not provided; creating one raises, naming the replacement.
+        "DDP2Strategy": "torchplug.strategies.removed",
+        "DataParallelStrategy": "torchplug.strategies.removed",
+        "DDPShardedStrategy": "torchplug.strategies.removed",
+        "DDPSpawnShardedStrategy": "torchplug.strategies.removed",
+        "DDPFullyShardedStrategy": "torchplug.strategies.removed",
     },
     globals(),
 )
