@@ -7,7 +7,7 @@ dependencies they need besides torch (fetched with ``pip download``). Two fresh 
 alone must satisfy them:
 
 - ``three``: ``core accel-cuda env-slurm``, the install the design page promises;
-- ``seven``: all our packages (the seven of issue 4, and the strategy packages since).
+- ``seven``: all our packages (the seven of issue 4, and the strategy packages and accel-mps since).
 
 Every command runs with the ``SLURM_*`` variables removed (these tests may run inside a SLURM job).
 
@@ -74,6 +74,7 @@ PACKAGES: Final = (
     Package("accel-tpu", "torchplug_tpu", ("tpu", "torchplug_tpu._plugin")),
     Package("accel-ipu", "torchplug_ipu", ("ipu", "torchplug_ipu._plugin")),
     Package("accel-hpu", "torchplug_hpu", ("hpu", "torchplug_hpu._plugin")),
+    Package("accel-mps", "torchplug_mps", ("mps", "torchplug_mps._plugin")),
     Package("env-slurm", "torchplug_slurm", ("slurm", "torchplug_slurm._plugin")),
     Package("io-xla", "torchplug_xla_io", ("xla_io", "torchplug_xla_io._plugin")),
     Package("strategy-deepspeed", "torchplug_deepspeed", ("deepspeed", "torchplug_deepspeed._plugin")),
@@ -533,6 +534,12 @@ def test_seven_are_listed_with_their_honest_state(
             for text in strategy_vendor.says:
                 assert text in entry["reason"], entry
 
+    mps = listing.entry("mps")  # accel-mps: its probe answers from the operating system, without torch
+    assert (mps["provider"]["distribution"], mps["status"]) == ("accel-mps", "unavailable")
+    assert "MPS is Apple's Metal GPU backend, only on macOS (this is Linux)" in mps["reason"], mps
+    generic = listing.entry("torch")  # the core's generic accelerator: probed on use (--check)
+    assert (generic["provider"]["distribution"], generic["status"]) == ("core", "ok")
+
     xla_io = listing.entry("xla", "checkpoint_io")
     # io-xla needs no torch_xla: without it, every tensor is moved with Tensor.cpu() (its README)
     assert (xla_io["provider"]["distribution"], xla_io["status"], xla_io["reason"]) == ("io-xla", "ok", None)
@@ -570,6 +577,11 @@ def test_every_backend_class_imports_without_its_vendor_library(seven: Installed
     for vendor in VENDORS:
         check = listing.entry(vendor.accelerator)["check"]
         assert (check["available"], check["device_count"]) == (False, None)
+    assert listing.entry("mps")["check"]["available"] is False
+    generic = listing.entry("torch")  # --check asks torch: no accelerator, or CUDA (claimed by accel-cuda)
+    assert (generic["status"], generic["check"]["available"]) == ("unavailable", False)
+    expected = "torch's accelerator 'cuda' is served by" if _torch_has_cuda(seven.scenario) else "torch reports no"
+    assert generic["reason"].startswith(expected), generic
 
 
 @pytest.fixture(scope="module")

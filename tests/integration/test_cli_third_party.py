@@ -49,7 +49,7 @@ def test_before_the_plugin_is_installed_xpu_is_a_usage_error(
     # (torch itself warns on import in a venv without numpy: only our own line is checked)
     (error,) = [line for line in result.stderr.splitlines() if line.startswith("core fit: error: ")]
     assert error.startswith("core fit: error: --trainer.accelerator=xpu: Unknown accelerator 'xpu'"), str(result)
-    assert "Installed: cpu." in error
+    assert "Installed: cpu, torch." in error  # the CPU and the generic accelerator, both built in
     assert "Traceback" not in result.stderr
 
 
@@ -87,7 +87,7 @@ def test_the_installed_accelerator_runs_ddp_over_two_processes(xpu: Scenario, pr
 def test_the_installed_names_are_listed_in_help_and_env(xpu: Scenario, project: Path) -> None:
     help_text = run([xpu.venv.script("core"), "fit", "--help"], xpu.env(), cwd=project)
     assert help_text.returncode == 0, str(help_text)
-    assert "Installed: cpu, xpu." in " ".join(help_text.stdout.split())
+    assert "Installed: cpu, torch, xpu." in " ".join(help_text.stdout.split())  # torch: the generic accelerator
     env = xpu.core("env", "--json")
     assert env.returncode == 0, str(env)
     report = json.loads(env.stdout)
