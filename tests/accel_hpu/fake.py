@@ -27,6 +27,12 @@ NOT_INSTALLED = (
 
 _ENV = ("FAKE_HPU_COUNT", "FAKE_HPU_NAME", "FAKE_HABANA_NO_FP8")
 
+#: The fake's ``hpu``-means-CPU device mode is a TorchFunctionMode, which torch keeps per thread, where
+#: the real bridge registers the device for the whole process. torchplug imports a third-party plugin's
+#: vendor library in its deadline worker thread (``TORCHPLUG_PLUGIN_TIMEOUT``), which would leave the
+#: mode in that thread only; with the fake, plugin calls run inline, in the thread that trains.
+FAKE_SETTINGS = {"TORCHPLUG_PLUGIN_TIMEOUT": "0"}
+
 
 def forget_habana() -> None:
     """Drop every ``habana_frameworks`` module (removing the fake's device mode), so the next import starts afresh."""
@@ -43,6 +49,8 @@ def use_fake(monkeypatch: pytest.MonkeyPatch, hpus: int = 8) -> Iterator[ModuleT
     for name in _ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("FAKE_HPU_COUNT", str(hpus))
+    for name, value in FAKE_SETTINGS.items():
+        monkeypatch.setenv(name, value)
     forget_habana()
     monkeypatch.syspath_prepend(str(FAKE_VENDOR))
     yield importlib.import_module("habana_frameworks.torch")
@@ -88,6 +96,6 @@ def subprocess_env(fake: bool, **extra: str) -> dict[str, str]:
     }
     paths = [str(FAKE_VENDOR)] if fake else []
     env["PYTHONPATH"] = os.pathsep.join([*paths, str(root)])
-    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1", **FAKE_SETTINGS)
     env.update(extra)
     return env
