@@ -349,6 +349,7 @@ class Trainer(TrainerProperties):
             self._logging.log_hyperparams()
             if checkpoint is not None:
                 self._checkpoints.restore_training_state(checkpoint)
+            self._checkpoints.prepare_io()
             self._preemption.start()
             self.fit_loop.sanity_check()
             self.fit_loop.run()
@@ -356,6 +357,7 @@ class Trainer(TrainerProperties):
             self._logging.finalize("success")
         finally:
             try:
+                self._checkpoints.stop_preparing()
                 self._teardown("fit")  # flushes checkpoint writes before a held-back SIGTERM may be re-sent
             finally:
                 self._preemption.stop()
