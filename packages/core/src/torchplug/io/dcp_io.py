@@ -456,7 +456,9 @@ def read_full(
         elif isinstance(entry, BytesStorageMetadata):
             template[key] = None
     with _quiet_no_dist():
-        state_dict_loader.load(template, storage_reader=reader, planner=_LoadPlanner(weights_only=weights_only), no_dist=True)
+        state_dict_loader.load(
+            template, storage_reader=reader, planner=_LoadPlanner(weights_only=weights_only), no_dist=True
+        )
     mappings: dict[str, tuple[Any, ...]] = metadata.planner_data or {}
     checkpoint: dict[str, Any] = {}
     common = template.pop(COMMON_KEY, None) or {}
