@@ -190,6 +190,8 @@ class Recorder(Callback):
                 state = {}
         record = {
             **ranks_of(trainer),
+            "ckpt_path": trainer.ckpt_path,
+            "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
             "global_step": trainer.global_step,
             "epoch": trainer.current_epoch,
             "batches_run": self.batches_run,

@@ -46,6 +46,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=-1,
         help="this rank sleeps for an hour at --crash-step (stuck outside any collective)",
     )
+    parser.add_argument(
+        "--crash-once",
+        action="store_true",
+        help="crash only in the first run, not after torchrun restarted the workers (TORCHELASTIC_RESTART_COUNT)",
+    )
     parser.add_argument("--catch", action="store_true", help="record the error fit raised in error_<pid>.json")
     parser.add_argument("--log-sync", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.0)
@@ -141,9 +146,10 @@ def main(argv: list[str] | None = None) -> None:
             "is_global_zero": trainer.is_global_zero,
         },
     )
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     model = common.Regressor(
         unused=args.unused,
-        crash_rank=args.crash_rank,
+        crash_rank=-1 if args.crash_once and restarted else args.crash_rank,
         crash_step=args.crash_step,
         crash_how=args.crash_how,
         stall_rank=args.stall_rank,
