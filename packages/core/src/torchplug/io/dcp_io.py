@@ -36,6 +36,7 @@ from typing import Any, Final
 import torch
 import torch.distributed as dist
 from torch.distributed.checkpoint import state_dict_loader, state_dict_saver
+from torch.distributed.checkpoint.api import CheckpointException
 from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner, DefaultSavePlanner
 from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystemWriter
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
@@ -148,7 +149,7 @@ class DistributedCheckpointIO(CheckpointIO):
         state = _split(checkpoint, rank, self.rank_local_keys)
         target = _Target.of(path, options, _agreed_token())
         if self._background is None:
-            with _quiet_no_dist():
+            with _quiet_no_dist(), _dcp_errors():
                 writer = target.writer(self.fsync, self.thread_count)
                 state_dict_saver.save(state, storage_writer=writer, planner=_SavePlanner(), no_dist=_no_dist())
             if rank == 0:
@@ -224,9 +225,9 @@ class DistributedCheckpointIO(CheckpointIO):
             template[rank_key] = None
         planner = _LoadPlanner(weights_only=weights_only)
         try:
-            with _quiet_no_dist():
+            with _quiet_no_dist(), _dcp_errors():
                 state_dict_loader.load(template, storage_reader=reader, planner=planner, no_dist=_no_dist())
-        except Exception as exc:  # DCP's message lists the keys; say what it means here
+        except (RuntimeError, KeyError, ValueError) as exc:  # DCP's message lists the keys; say what it means here
             raise MisconfigurationError(
                 f"The sharded checkpoint {path!r} does not fit this run: {exc}. Hint: resume with the model, "
                 "optimizers and parameter names that wrote it (any number of processes works)."
@@ -455,7 +456,7 @@ def read_full(
             template[key] = torch.empty(entry.size, dtype=entry.properties.dtype, device=device or "cpu")
         elif isinstance(entry, BytesStorageMetadata):
             template[key] = None
-    with _quiet_no_dist():
+    with _quiet_no_dist(), _dcp_errors():
         state_dict_loader.load(
             template, storage_reader=reader, planner=_LoadPlanner(weights_only=weights_only), no_dist=True
         )
@@ -503,8 +504,35 @@ def _agreed_token() -> str:
 def _quiet_no_dist() -> Iterator[None]:
     """Without a process group DCP warns on every call that it assumes one process: we know, and chose it."""
     with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="torch.distributed is disabled, unavailable or uninitialized")
+        warnings.filterwarnings("ignore", message=_NO_DIST_WARNING)
         yield
+
+
+_NO_DIST_WARNING: Final = "torch.distributed is disabled, unavailable or uninitialized"
+
+
+def _quiet_background_no_dist() -> None:
+    """Ignore the same warning from DCP's own modules, for its background thread (asynchronous saves in one process).
+
+    A ``catch_warnings()`` on this thread does not reach that thread.
+    """
+    warnings.filterwarnings("ignore", message=_NO_DIST_WARNING, module=r"torch\.distributed\.checkpoint")
+
+
+@contextmanager
+def _dcp_errors() -> Iterator[None]:
+    """DCP wraps every process's error in a ``CheckpointException`` (a BaseException): raise this process's own."""
+    try:
+        yield
+    except CheckpointException as exc:
+        failures = exc.failures
+        failure = failures.get(_rank()) or next(iter(failures.values()), None)
+        if failure is None:
+            raise
+        original = failure[0]
+        if not isinstance(original, Exception):
+            raise
+        raise original from exc
 
 
 def _check_storage_options(storage_options: Any) -> dict[str, Any]:
@@ -591,6 +619,8 @@ class _Background:
             # Background collectives get their own group, so they never interleave with training's.
             self.group = dist.new_group(backend="gloo")
         kind = AsyncCheckpointerType.PROCESS if executor == "process" else AsyncCheckpointerType.THREAD
+        if _no_dist():
+            _quiet_background_no_dist()
         with _quiet_no_dist():
             response = state_dict_saver.async_save(
                 state,
