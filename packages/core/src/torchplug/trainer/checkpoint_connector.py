@@ -91,7 +91,8 @@ class CheckpointConnector:
         checkpoint = self.dump(weights_only)
         strategy = self._trainer.strategy
         strategy.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
-        strategy.barrier("save_checkpoint")
+        if not strategy.checkpoint_io.collective:  # a collective IO synchronises its saves itself (and reads)
+            strategy.barrier("save_checkpoint")
 
     def prepare_io(self) -> None:
         """Have the checkpoint IO allocate ahead of the first save, once every optimizer has taken its first step.
