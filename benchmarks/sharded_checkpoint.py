@@ -1,4 +1,4 @@
-"""Sharded against full checkpoints of FSDP, 2 processes: torchplug's paths against plain ``torch.distributed.checkpoint``.
+"""Sharded against full FSDP checkpoints, 2 processes: our paths beside plain torch.distributed.checkpoint calls.
 
 What is measured:
     ``--layers`` (default 12) ``Linear(--width, --width)`` layers (width 4096: 201M float32
