@@ -32,6 +32,7 @@ __all__ = [
     "commit_directory",
     "is_complete",
     "is_distributed_checkpoint",
+    "is_unfinished",
     "remove_directory",
     "temporary_directory",
     "url_to_fs",
@@ -57,6 +58,13 @@ def url_to_fs(path: str, storage_options: dict[str, object] | None = None) -> tu
 def is_complete(fs: AbstractFileSystem, fs_path: str) -> bool:
     """Whether ``fs_path`` is a sharded checkpoint directory whose ``.metadata`` has been written."""
     return bool(fs.isdir(fs_path) and fs.exists(f"{fs_path}/{METADATA_FILE}"))
+
+
+def is_unfinished(fs: AbstractFileSystem, fs_path: str) -> bool:
+    """Whether ``fs_path`` holds DCP shards (``*.distcp``) but no ``.metadata``: a save that never ended."""
+    if not fs.isdir(fs_path) or fs.exists(f"{fs_path}/{METADATA_FILE}"):
+        return False
+    return any(str(p).endswith(".distcp") for p in fs.ls(fs_path, detail=False))
 
 
 def is_distributed_checkpoint(path: str) -> bool:

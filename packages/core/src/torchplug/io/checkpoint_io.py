@@ -102,17 +102,16 @@ class CheckpointIO(ABC):
         """
 
     def exists(self, path: str) -> bool:
-        """Whether a complete checkpoint is at ``path``: a file, or a sharded directory with its metadata.
+        """Whether a checkpoint is at ``path`` (a file or a directory), not counting an unfinished sharded one.
 
         ``ckpt_path="last"``/``"auto"`` and ``ModelCheckpoint`` choose only among checkpoints that
-        exist by this test, so a directory whose save never finished is never picked (strategies
-        read complete sharded directories whatever their IO, see ``Strategy.load_checkpoint``).
-        Default: ask fsspec.
+        exist by this test, so a directory of DCP shards without its metadata (a save that never
+        finished) is never picked. Default: ask fsspec.
         """
-        from torchplug.io._dcp_layout import is_complete, url_to_fs
+        from torchplug.io._dcp_layout import is_unfinished, url_to_fs
 
         fs, fs_path, _ = url_to_fs(path)
-        return bool(fs.isfile(fs_path)) or is_complete(fs, fs_path)
+        return bool(fs.exists(fs_path)) and not is_unfinished(fs, fs_path)
 
     def flush(self) -> None:
         """Block until every save started so far is complete and durable; raise a failed save's error.

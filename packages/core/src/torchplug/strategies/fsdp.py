@@ -146,6 +146,10 @@ class FSDPStrategy(DDPStrategy):
     @override
     def configure_launcher(self) -> None:
         """Refuse a checkpoint IO that cannot write this ``state_dict_type``, then as for DDP."""
+        if self._sharded and not self.has_checkpoint_io:  # attached without a Trainer, which would have chosen it
+            from torchplug.io.dcp_io import DistributedCheckpointIO
+
+            self.checkpoint_io = DistributedCheckpointIO()
         io = self.checkpoint_io
         if self._sharded and not io.collective:
             raise MisconfigurationError(
