@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import threading
 import uuid
 from typing import TYPE_CHECKING, Final
 
@@ -109,14 +110,22 @@ def _commit_local(tmp: str, final: str) -> None:
         _renameat2 is not None
         and _renameat2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(final), _RENAME_EXCHANGE) == 0
     ):
-        _remove_local(tmp)  # the previous checkpoint, now under the hidden name
+        _remove_in_background(tmp)  # the previous checkpoint, now under the hidden name
         return
     # No atomic exchange here (another OS or filesystem): move the old one aside first, so the final
     # name is briefly absent, never incomplete.
     old = temporary_directory(final, "old-" + uuid.uuid4().hex[:12])
     os.rename(final, old)
     os.rename(tmp, final)
-    _remove_local(old)
+    _remove_in_background(old)
+
+
+def _remove_in_background(path: str) -> None:
+    """Delete a replaced checkpoint, already hidden, without holding up the save (freeing gigabytes takes a while).
+
+    Should the process end first, the hidden directory stays behind, where nothing picks it.
+    """
+    threading.Thread(target=_remove_local, args=(path,), name="torchplug-remove-replaced", daemon=True).start()
 
 
 def _commit_fsspec(fs: AbstractFileSystem, tmp: str, final: str) -> None:
