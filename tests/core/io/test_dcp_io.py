@@ -113,6 +113,7 @@ def test_saving_again_replaces_the_whole_directory_and_leaves_nothing_behind(roo
     io.save_checkpoint(checkpoint_of(model, optimizer, step=2), path)
     loaded = io.load_checkpoint(path)
     assert loaded["global_step"] == 2 and torch.equal(loaded["state_dict"]["0.weight"], model[0].weight)
+    io.flush()  # the replaced directory is deleted in the background
     assert listing(root) == ["last.ckpt"]
 
 

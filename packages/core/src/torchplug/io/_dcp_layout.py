@@ -17,6 +17,7 @@ the old checkpoint of that name loses its ``.metadata`` before anything else of 
 
 from __future__ import annotations
 
+import atexit
 import os
 import shutil
 import threading
@@ -37,6 +38,7 @@ __all__ = [
     "remove_directory",
     "temporary_directory",
     "url_to_fs",
+    "wait_for_removals",
 ]
 
 #: DCP's metadata file: written last, by the coordinator, once every shard is on storage.
@@ -123,9 +125,27 @@ def _commit_local(tmp: str, final: str) -> None:
 def _remove_in_background(path: str) -> None:
     """Delete a replaced checkpoint, already hidden, without holding up the save (freeing gigabytes takes a while).
 
-    Should the process end first, the hidden directory stays behind, where nothing picks it.
+    :func:`wait_for_removals` (called by the IO's ``flush``, and at exit) waits for it; should the
+    process be killed first, the hidden directory stays behind, where nothing picks it.
     """
-    threading.Thread(target=_remove_local, args=(path,), name="torchplug-remove-replaced", daemon=True).start()
+    thread = threading.Thread(target=_remove_local, args=(path,), name="torchplug-remove-replaced", daemon=True)
+    with _REMOVALS_LOCK:
+        _REMOVALS.add(thread)
+    thread.start()
+
+
+def wait_for_removals() -> None:
+    """Block until every replaced checkpoint being deleted in the background is gone."""
+    with _REMOVALS_LOCK:
+        threads = list(_REMOVALS)
+        _REMOVALS.difference_update(threads)
+    for thread in threads:
+        thread.join()
+
+
+_REMOVALS: set[threading.Thread] = set()
+_REMOVALS_LOCK = threading.Lock()
+atexit.register(wait_for_removals)
 
 
 def _commit_fsspec(fs: AbstractFileSystem, tmp: str, final: str) -> None:

@@ -52,6 +52,7 @@ from torchplug.io._dcp_layout import (
     remove_directory,
     temporary_directory,
     url_to_fs,
+    wait_for_removals,
 )
 from torchplug.io.async_io import CheckpointSaveError
 from torchplug.io.checkpoint_io import CheckpointIO
@@ -278,7 +279,7 @@ class DistributedCheckpointIO(CheckpointIO):
 
     @override
     def flush(self) -> None:
-        """Block until every pending save is written and committed; raise the error of one that failed.
+        """Block until every pending save is written and committed (and replaced ones deleted); raise what failed.
 
         Raises:
             CheckpointSaveError: A background save failed.
@@ -297,6 +298,7 @@ class DistributedCheckpointIO(CheckpointIO):
     def _finish_pending(self) -> None:
         if self._background is not None:
             self._background.wait()
+        wait_for_removals()
 
     @override
     def __repr__(self) -> str:
