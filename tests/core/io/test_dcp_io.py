@@ -166,6 +166,8 @@ def test_arguments_it_cannot_honour_are_refused(tmp_path: Path) -> None:
     io = DistributedCheckpointIO()
     with pytest.raises(TypeError, match=r"storage_options='x' is not a dict"):
         io.save_checkpoint(checkpoint_of(model, optimizer), str(tmp_path / "c.ckpt"), storage_options="x")
+    with pytest.raises(TypeError, match=r"storage_options: 'region' is not an option of LocalFileSystem .*auto_mkdir"):
+        io.save_checkpoint(checkpoint_of(model, optimizer), str(tmp_path / "c.ckpt"), storage_options={"region": "x"})
     io.save_checkpoint(checkpoint_of(model, optimizer), str(tmp_path / "c.ckpt"))
     with pytest.raises(TypeError, match=r"map_location=.*give None, 'cpu' or a torch.device"):
         io.load_checkpoint(str(tmp_path / "c.ckpt"), map_location=lambda storage, loc: storage)

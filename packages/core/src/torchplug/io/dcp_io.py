@@ -144,7 +144,7 @@ class DistributedCheckpointIO(CheckpointIO):
         Raises:
             CheckpointSaveError: An earlier background save failed; this one was not started.
         """
-        options = _check_storage_options(storage_options)
+        options = _check_storage_options(storage_options, path)
         self._finish_pending()
         rank = _rank()
         state = _split(checkpoint, rank, self.rank_local_keys)
@@ -537,13 +537,34 @@ def _dcp_errors() -> Iterator[None]:
         raise original from exc
 
 
-def _check_storage_options(storage_options: Any) -> dict[str, Any]:
+def _check_storage_options(storage_options: Any, path: str) -> dict[str, Any]:
+    """fsspec options for the filesystem of ``path``: a dict of the names its class takes (others are refused)."""
     if storage_options is None:
         return {}
     if not isinstance(storage_options, dict):
         raise TypeError(
             f"storage_options={storage_options!r} is not a dict. Hint: DistributedCheckpointIO passes a dict of "
             "fsspec filesystem options (credentials, endpoint...) to the filesystem of the path."
+        )
+    import inspect
+
+    from fsspec import AbstractFileSystem
+    from fsspec.core import split_protocol
+    from fsspec.registry import get_filesystem_class
+
+    cls = get_filesystem_class(split_protocol(path)[0] or "file")
+    accepted = {
+        name
+        for klass in cls.__mro__
+        if issubclass(klass, AbstractFileSystem) and klass is not AbstractFileSystem
+        for name, param in inspect.signature(klass.__init__).parameters.items()
+        if param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY) and name != "self"
+    }
+    unknown = sorted(set(storage_options) - accepted)
+    if unknown:
+        raise TypeError(
+            f"storage_options: {', '.join(map(repr, unknown))} is not an option of {cls.__name__} (the filesystem of "
+            f"{path!r}); it takes {', '.join(sorted(accepted)) or 'none'}."
         )
     return dict(storage_options)
 
