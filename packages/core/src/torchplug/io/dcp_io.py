@@ -538,7 +538,7 @@ def _dcp_errors() -> Iterator[None]:
 
 
 def _check_storage_options(storage_options: Any, path: str) -> dict[str, Any]:
-    """fsspec options for the filesystem of ``path``: a dict of the names its class takes (others are refused)."""
+    """The fsspec options for the filesystem of ``path``: a dict of names its class takes (others are refused)."""
     if storage_options is None:
         return {}
     if not isinstance(storage_options, dict):
