@@ -29,13 +29,14 @@ def build_callbacks(
     enable_progress_bar: bool | None,
     fast_dev_run: int,
 ) -> list[Callback]:
-    """The Trainer's callbacks: those given, plus a ModelCheckpoint and a progress bar unless disabled.
+    """The Trainer's callbacks: those given, plus a ModelCheckpoint and a TQDMProgressBar unless disabled.
 
     Raises:
         MisconfigurationError: A non-callback in the list, or a callback that a ``False`` flag forbids.
     """
     from torchplug.callbacks.model_checkpoint import ModelCheckpoint
     from torchplug.callbacks.progress import ProgressBar
+    from torchplug.callbacks.tqdm_progress import TQDMProgressBar
 
     given = _as_callbacks(callbacks, "callbacks=")
     if enable_checkpointing is False and any(isinstance(c, ModelCheckpoint) for c in given):
@@ -50,7 +51,7 @@ def build_callbacks(
     if enable_checkpointing is not False and not fast_dev_run and not has_checkpoint:
         given.append(ModelCheckpoint())
     if enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in given):
-        given.append(ProgressBar())
+        given.append(TQDMProgressBar())
     return ordered(given)
 
 

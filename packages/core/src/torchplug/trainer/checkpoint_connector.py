@@ -114,16 +114,18 @@ class CheckpointConnector:
                 f"The checkpoint has {len(saved)} optimizer states, but configure_optimizers() "
                 f"returned {len(trainer.optimizers)} optimizers."
             )
-        for optimizer, state in zip(trainer.optimizers, saved):
-            strategy.load_optimizer_state_dict(optimizer, state)
-        for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
-            config.scheduler.load_state_dict(state)
-        strategy.precision.load_state_dict(checkpoint.get("precision", {}))
+        # Callbacks first, as in Lightning: a finetuning callback puts back the parameter groups it
+        # added, so that the optimizer states below find the groups they were saved with.
         callback_states = checkpoint.get("callbacks", {})
         for callback in trainer.callbacks:
             callback.on_load_checkpoint(trainer, trainer.module, checkpoint)
             if callback.state_key in callback_states:
                 callback.load_state_dict(callback_states[callback.state_key])
+        for optimizer, state in zip(trainer.optimizers, saved):
+            strategy.load_optimizer_state_dict(optimizer, state)
+        for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+            config.scheduler.load_state_dict(state)
+        strategy.precision.load_state_dict(checkpoint.get("precision", {}))
         if trainer.datamodule is not None and "datamodule" in checkpoint:
             trainer.datamodule.load_state_dict(checkpoint["datamodule"])
         rng = checkpoint.get("rng", {})

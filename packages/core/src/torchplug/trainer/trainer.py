@@ -38,7 +38,7 @@ from torchplug.trainer.logger_connector import LoggerConnector, build_loggers
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
-from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
+from torchplug.trainer.states import ExitRun, RunningStage, TrainerFn, TrainerState, TrainerStatus
 from torchplug.utilities.rank_zero import rank_zero_only, rank_zero_warn
 from torchplug.utilities.table import print_results
 
@@ -162,7 +162,7 @@ class Trainer(TrainerProperties):
         self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
         self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
         self.strategy: Strategy = self._resolution.strategy
-        self.callbacks: list[Callback] = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
+        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
         self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir)
         self.state = TrainerState()
         self.should_stop = False
@@ -179,6 +179,7 @@ class Trainer(TrainerProperties):
         self.validate_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.VALIDATING)
         self.test_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.TESTING)
         self.predict_loop = PredictionLoop(self, self._hooks)
+        self._handled_exception: BaseException | None = None  # the failure whose on_exception hooks already ran
 
     # -- the four entry points ----------------------------------------------------------------------
 
@@ -252,6 +253,27 @@ class Trainer(TrainerProperties):
             raise MisconfigurationError("save_checkpoint() needs a model: call it during or after fit().")
         self._checkpoints.save(os.fspath(filepath), weights_only, storage_options)
 
+    def restore_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
+        """Put the running fit back to a checkpoint that :meth:`save_checkpoint` wrote during it.
+
+        Restores the model's weights, the optimizers and schedulers, the loop's position, every
+        callback's state and the random state, as ``fit(ckpt_path=...)`` would. Call it on every
+        process, from inside ``fit`` once the optimizers exist (a callback's ``on_fit_start`` or
+        later): the tuner's finders use it to undo their trial runs.
+
+        Raises:
+            MisconfigurationError: When no fit is running with its optimizers set up.
+        """
+        if self.state.fn is not TrainerFn.FITTING or not self.optimizers:
+            raise MisconfigurationError(
+                "restore_checkpoint() works inside a running fit, once the optimizers exist (for example in a "
+                "callback's on_fit_start). Hint: to start a fit from a checkpoint, use fit(model, ckpt_path=...)."
+            )
+        checkpoint = self.strategy.load_checkpoint(os.fspath(filepath))
+        self._checkpoints.restore_model(checkpoint)
+        self._checkpoints.restore_training_state(checkpoint)
+        self.strategy.barrier("restore_checkpoint")  # every rank has read the file: it may be removed now
+
     # -- running ------------------------------------------------------------------------------------
 
     def _evaluate(
@@ -287,18 +309,21 @@ class Trainer(TrainerProperties):
         self._hooks.reset()
         self.should_stop = False
         launcher = self.strategy.launcher
+        self._handled_exception = None
         try:
             result = launcher.launch(impl, trainer=self) if launcher is not None else impl()
             self.state.status = TrainerStatus.INTERRUPTED if self.preempted else TrainerStatus.FINISHED
             return result
         except BaseException as exc:
             self.state.status = TrainerStatus.INTERRUPTED
-            self._on_exception(exc)
+            if exc is not self._handled_exception:  # a failure outside the run itself (the launcher's)
+                self._on_exception(exc)
             raise
         finally:
             self.state.stage = None
 
     def _on_exception(self, exc: BaseException) -> None:
+        self._handled_exception = exc
         for callback in self.callbacks:
             try:
                 callback.on_exception(self, self.module, exc)
@@ -354,6 +379,11 @@ class Trainer(TrainerProperties):
             self.fit_loop.run()
             self._hooks.call("on_fit_end")
             self._logging.finalize("success")
+        except ExitRun:
+            pass  # a tuner finder ended the run on purpose: tear down and return, as after success
+        except BaseException as exc:
+            self._on_exception(exc)  # before teardown: the model, the strategy and its process group are still up
+            raise
         finally:
             try:
                 self._teardown("fit")  # flushes checkpoint writes before a held-back SIGTERM may be re-sent
@@ -375,5 +405,8 @@ class Trainer(TrainerProperties):
             if verbose and self.is_global_zero:
                 print_results(results, fn.value)
             return results
+        except BaseException as exc:
+            self._on_exception(exc)  # before teardown, as in fit
+            raise
         finally:
             self._teardown(fn.value)
