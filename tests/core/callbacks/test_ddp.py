@@ -169,3 +169,14 @@ def test_prediction_writer_gets_every_sample_once_across_ranks(launch: Launch) -
     for rank in written:
         for batch, prediction in rank["batches"]:
             torch.testing.assert_close(prediction, expected[batch])
+
+
+def test_tuner_lr_find_under_ddp_spawn_returns_its_result_to_the_caller(tmp_path: Path) -> None:
+    command = [sys.executable, str(SCRIPT), "--scenario", "tune-spawn", "--out", str(tmp_path)]
+    result = run(command, tmp_path / "output.log")
+    assert result.returncode == 0, result.tail()
+    main = torch.load(tmp_path / "main.pt", weights_only=False)
+
+    assert len(main["results"]["lr"]) == 14
+    assert main["suggestion"] is not None and main["lr"] == main["suggestion"]  # set in the caller's model too
+    assert main["unchanged"] and main["global_step"] == 0

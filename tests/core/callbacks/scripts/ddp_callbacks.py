@@ -107,6 +107,37 @@ def scenario_callbacks(name: str, out: Path) -> list[Any]:
     raise SystemExit(f"unknown scenario {name!r}")
 
 
+def tune_with_spawned_workers(out: Path) -> None:
+    """Tuner.lr_find under ddp_spawn: the search runs in the workers, its result must reach this process."""
+    from torchplug.tuner import Tuner
+
+    torch.manual_seed(common.SEED)
+    model = Net()
+    before = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    trainer = torchplug.Trainer(
+        accelerator="cpu",
+        devices=2,
+        strategy="ddp_spawn",
+        max_epochs=2,
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        default_root_dir=str(out / "root"),
+    )
+    finder = Tuner(trainer).lr_find(model, train_dataloaders=common.loader(160, 8), num_training=14)
+    assert finder is not None
+    torch.save(
+        {
+            "results": finder.results,
+            "suggestion": finder.suggestion(),
+            "lr": model.hparams.lr,
+            "unchanged": all(torch.equal(v, before[k]) for k, v in model.state_dict().items()),
+            "global_step": trainer.global_step,
+        },
+        out / "main.pt",
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--scenario", required=True)
@@ -116,6 +147,9 @@ def main() -> None:
     torch.set_num_threads(1)
     out = Path(args.out)
     name = args.scenario
+    if name == "tune-spawn":
+        tune_with_spawned_workers(out)
+        return
     torch.manual_seed(common.SEED)
     model = Net(
         batch_norm=name.startswith("swa"),

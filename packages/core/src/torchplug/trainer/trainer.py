@@ -316,7 +316,7 @@ class Trainer(TrainerProperties):
             return result
         except BaseException as exc:
             self.state.status = TrainerStatus.INTERRUPTED
-            if exc is not self._handled_exception:  # a failure outside the run itself (the launcher's)
+            if not _caused_by(exc, self._handled_exception):  # a failure outside the run itself (the launcher's)
                 self._on_exception(exc)
             raise
         finally:
@@ -410,3 +410,15 @@ class Trainer(TrainerProperties):
             raise
         finally:
             self._teardown(fn.value)
+
+
+def _caused_by(exc: BaseException, handled: BaseException | None) -> bool:
+    """Whether ``exc`` is ``handled`` or was raised from it (a launcher re-raises a rank's failure in its words)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if current is handled:
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False
