@@ -171,6 +171,15 @@ def test_prediction_writer_gets_every_sample_once_across_ranks(launch: Launch) -
             torch.testing.assert_close(prediction, expected[batch])
 
 
+def test_backbone_unfrozen_after_ddp_wrapped_the_model_trains_alike_on_every_rank(launch: Launch) -> None:
+    _, records = launch("finetune")
+
+    assert "error" not in records[0], records[0]["error"]
+    assert_same_weights(records)  # DDP does not average what it saw frozen: the callback does
+    start, end = records[0]["start"]["net.0.weight"], records[0]["state_dict"]["net.0.weight"]
+    assert not torch.equal(start, end)  # the backbone trained from epoch 1 on
+
+
 def test_tuner_lr_find_under_ddp_spawn_returns_its_result_to_the_caller(tmp_path: Path) -> None:
     command = [sys.executable, str(SCRIPT), "--scenario", "tune-spawn", "--out", str(tmp_path)]
     result = run(command, tmp_path / "output.log")

@@ -18,6 +18,7 @@ import torch
 
 import torchplug
 from torchplug.callbacks import (
+    BackboneFinetuning,
     BasePredictionWriter,
     DeviceStatsMonitor,
     EMAWeightAveraging,
@@ -40,9 +41,16 @@ class Net(common.Regressor):
     """The Regressor of the strategy tests, optionally with batch norm, a loss spike, a crash or slow steps."""
 
     def __init__(
-        self, batch_norm: bool = False, spike_rank: int = -1, crash_step: int = -1, sleep: float = 0.0
+        self,
+        batch_norm: bool = False,
+        spike_rank: int = -1,
+        crash_step: int = -1,
+        sleep: float = 0.0,
+        backbone: bool = False,
     ) -> None:
         super().__init__()
+        if backbone:  # BackboneFinetuning freezes it before DDP wraps the model
+            self.backbone = self.net[0]
         if batch_norm:
             self.net = torch.nn.Sequential(
                 torch.nn.Linear(common.IN, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(), torch.nn.Linear(16, 1)
@@ -104,6 +112,8 @@ def scenario_callbacks(name: str, out: Path) -> list[Any]:
         return [SpikeDetection(exclude_batches_path=str(out / "skip.json"))]
     if name == "timer":
         return [Timer(duration={"seconds": 1}), ModelPruning("random_unstructured", amount=0.3), Writer(out)]
+    if name == "finetune":
+        return [BackboneFinetuning(unfreeze_backbone_at_epoch=1)]
     raise SystemExit(f"unknown scenario {name!r}")
 
 
@@ -156,13 +166,15 @@ def main() -> None:
         spike_rank=1 if name == "spike" else -1,
         crash_step=5 if name == "exception" else -1,
         sleep=0.15 if name == "timer" else 0.0,
+        backbone=name == "finetune",
     )
+    record_start = {k: v.detach().clone() for k, v in model.state_dict().items()}
     callbacks = scenario_callbacks(name, out)
     trainer = torchplug.Trainer(
         accelerator="cpu",
         devices=2,
         strategy="ddp",
-        max_epochs=4 if name.startswith("swa") else (20 if name == "timer" else 2),
+        max_epochs=4 if name.startswith("swa") or name == "finetune" else (20 if name == "timer" else 2),
         logger=CSVLogger(str(out / "logs")) if name == "ema" else False,
         callbacks=callbacks,
         enable_checkpointing=name.startswith("swa"),
@@ -171,7 +183,9 @@ def main() -> None:
         log_every_n_steps=1,
         default_root_dir=str(out / "root"),
     )
-    record: dict[str, Any] = {"rank": trainer.global_rank}
+    record: dict[str, Any] = {"rank": trainer.global_rank, "start": record_start}
+    if os.environ.get("FINETUNE_WITHOUT_SYNC"):  # to see what the gradient averaging prevents (by hand only)
+        callbacks[0].on_before_optimizer_step = lambda *args: None
     try:
         trainer.fit(model, common.loader(160 if name == "ema" else 64, 8), ckpt_path=args.resume)
     except Exception as exc:  # the scenarios that fail on purpose record how

@@ -53,6 +53,8 @@ class BaseFinetuning(Callback):
         self._internal_optimizer_metadata: dict[int, list[dict[str, Any]]] = {}
         self._restarting = False
         self._trainer: Trainer | None = None
+        self._averaged_by_ddp: set[int] | None = None
+        self._unsynced: list[torch.nn.Parameter] = []
 
     @override
     def state_dict(self) -> dict[str, Any]:
@@ -75,8 +77,12 @@ class BaseFinetuning(Callback):
 
     @override
     def on_fit_start(self, trainer: Trainer, module: Module) -> None:
-        """Put back the parameter groups of a checkpoint loaded before this point."""
+        """Put back the parameter groups of a checkpoint loaded before this point; note what DDP averages."""
         self._trainer = trainer
+        # DistributedDataParallel averages the gradients of the parameters that required them when it
+        # wrapped the model (before this hook): those unfrozen later are averaged here instead.
+        wrapped = isinstance(trainer.model, torch.nn.parallel.DistributedDataParallel)
+        self._averaged_by_ddp = {id(p) for p in module.parameters() if p.requires_grad} if wrapped else None
         if self._restarting:
             self._restore_param_groups(trainer)
 
@@ -109,6 +115,27 @@ class BaseFinetuning(Callback):
             before = len(optimizer.param_groups)
             self.finetune_function(module, trainer.current_epoch, optimizer)
             self._store(module, index, before, optimizer.param_groups)
+        averaged = self._averaged_by_ddp
+        self._unsynced = [] if averaged is None else [
+            p for p in module.parameters() if p.requires_grad and id(p) not in averaged
+        ]  # fmt: skip
+
+    @override
+    def on_before_optimizer_step(self, trainer: Trainer, module: Module, optimizer: torch.optim.Optimizer) -> None:
+        """Under DDP, average the gradients of the parameters unfrozen after DDP wrapped the model.
+
+        DDP averages only the parameters that required gradients when it wrapped the model; without
+        this, the processes would train the unfrozen modules apart. One all-reduce per step, only
+        while such parameters exist.
+        """
+        grads = [p.grad for p in self._unsynced if p.grad is not None]
+        if not grads:
+            return
+        flat = trainer.strategy.reduce(torch.cat([g.reshape(-1) for g in grads]), reduce_op="mean")
+        offset = 0
+        for grad in grads:
+            grad.copy_(flat[offset : offset + grad.numel()].view_as(grad))
+            offset += grad.numel()
 
     def _store(self, module: Module, index: int, before: int, groups: list[dict[str, Any]]) -> None:
         names = {param: name for name, param in module.named_parameters()}
