@@ -181,6 +181,18 @@ class Accelerator(ABC):
         than once.
         """
 
+    @classmethod
+    def runtime_class(cls) -> type[Accelerator]:
+        """The class whose attributes describe this accelerator on this machine: ``cls`` itself by default.
+
+        An accelerator class that binds itself to a device on construction (its ``__new__`` returns
+        an instance of a subclass, as the generic ``torch`` accelerator does for torch's current
+        device type) returns that subclass, so that tools reading class attributes
+        (``device_type``, ``process_group_backend``...) see what an instance will have. Call it
+        only where the accelerator is available.
+        """
+        return cls
+
     # -- decisions the core delegates to the accelerator ----------------------------------------
 
     def default_strategy(self, num_devices: int, num_nodes: int, interactive: bool) -> str:
