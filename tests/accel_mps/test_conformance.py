@@ -8,7 +8,6 @@ device exists here: they are listed below with that reason, not silently dropped
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
@@ -44,5 +43,5 @@ class TestMPSOnAFakedMac(AcceleratorSuite):
     }
 
     @pytest.fixture
-    def plugin_setup(self, fake_mac: object) -> Iterator[None]:
-        yield
+    def plugin_setup(self, fake_mac: object) -> None:
+        """Every check runs on the faked Mac (the fixture undoes it afterwards)."""
