@@ -384,7 +384,8 @@ class Trainer(TrainerProperties):
         apply_benchmark(self.benchmark, self.deterministic, self.accelerator)
         self.profiler.setup(stage, strategy.local_rank, self.log_dir)
         self._hooks.profiler = self.profiler
-        self.module._results = BAREBONES_RESULTS if self.barebones else self._logging.reset_results()
+        results = self._logging.reset_results()
+        self.module._results = BAREBONES_RESULTS if self.barebones else results
         self._hooks.reset()
         self._data.prepare_data()
         self._logging.agree_on_log_dir()
