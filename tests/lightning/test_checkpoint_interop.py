@@ -175,7 +175,11 @@ def plug_run(root: Path, max_epochs: int, ckpt_path: str | None = None, **kwargs
 
 def test_torchplug_resumes_a_lightning_epoch_end_checkpoint_to_the_weights_of_an_uninterrupted_run(tmp_path):
     _, uninterrupted = plug_run(tmp_path / "whole", max_epochs=4)
-    lit_run(tmp_path / "lit", max_epochs=2, callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "lit", save_last=True)])
+    lit_run(
+        tmp_path / "lit",
+        max_epochs=2,
+        callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "lit", save_last=True)],
+    )
 
     trainer, resumed = plug_run(tmp_path / "plug", max_epochs=4, ckpt_path=str(tmp_path / "lit" / "last.ckpt"))
 
@@ -208,7 +212,9 @@ def test_a_lightning_checkpoint_restores_torchplug_callbacks_and_the_datamodule(
     datamodule.counter = 42
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        lit_trainer(tmp_path, max_epochs=2, callbacks=[lit_checkpoint, lit_stopping]).fit(LitModel(), datamodule=datamodule)
+        lit_trainer(tmp_path, max_epochs=2, callbacks=[lit_checkpoint, lit_stopping]).fit(
+            LitModel(), datamodule=datamodule
+        )
     checkpoint = ModelCheckpoint(dirpath=tmp_path, monitor="val_loss")
     stopping = EarlyStopping("val_loss", patience=5)
     plug_data = PlugData()
@@ -252,7 +258,9 @@ def test_lightning_resumes_a_torchplug_mid_epoch_checkpoint_as_it_resumes_its_ow
     loader is not resumable), so the reference is Lightning resuming its own checkpoint of the same step."""
     every_9 = {"every_n_train_steps": 9, "save_top_k": -1}
     plug_run(tmp_path / "plug", max_epochs=2, callbacks=[ModelCheckpoint(dirpath=tmp_path / "plug", **every_9)])
-    lit_run(tmp_path / "lit", max_epochs=2, callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "lit", **every_9)])
+    lit_run(
+        tmp_path / "lit", max_epochs=2, callbacks=[pl.callbacks.ModelCheckpoint(dirpath=tmp_path / "lit", **every_9)]
+    )
     seen: list[tuple[int, int, int]] = []
 
     class Watch(pl.Callback):

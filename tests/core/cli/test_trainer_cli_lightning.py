@@ -11,6 +11,7 @@ import yaml
 from jsonargparse import lazy_instance
 
 from tests.core.cli.tiny import TinyData, TinyModel
+from torchplug import MisconfigurationError
 from torchplug.callbacks.early_stopping import EarlyStopping
 from torchplug.cli import TrainerCLI
 from torchplug.loggers.csv_logs import CSVLogger
@@ -35,13 +36,15 @@ def test_run_false_writes_the_config_when_the_first_run_starts(tmp_path):
 
 
 def test_save_config_kwargs_names_the_file_and_refuses_to_overwrite_unless_asked(tmp_path):
-    cli = TrainerCLI(TinyModel, TinyData, args=args(tmp_path), run=False, save_config_kwargs={"config_filename": "c.yaml"})
+    cli = TrainerCLI(
+        TinyModel, TinyData, args=args(tmp_path), run=False, save_config_kwargs={"config_filename": "c.yaml"}
+    )
     cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     (saved,) = tmp_path.rglob("c.yaml")
     log_dir = f"--trainer.logger.init_args.save_dir={tmp_path}"
     again = args(tmp_path, "--trainer.logger=CSVLogger", log_dir, "--trainer.logger.init_args.version=0")
-    with pytest.raises(Exception, match="c.yaml exists already"):
-        cli = TrainerCLI(TinyModel, TinyData, args=again, run=False, save_config_kwargs={"config_filename": "c.yaml"})
+    cli = TrainerCLI(TinyModel, TinyData, args=again, run=False, save_config_kwargs={"config_filename": "c.yaml"})
+    with pytest.raises(MisconfigurationError, match=r"c\.yaml exists already"):
         cli.trainer.fit(cli.model, datamodule=cli.datamodule)
     cli = TrainerCLI(TinyModel, TinyData, args=again, run=False,
                      save_config_kwargs={"config_filename": "c.yaml", "overwrite": True})  # fmt: skip
@@ -83,7 +86,9 @@ def test_lazy_instance_in_trainer_defaults(tmp_path):
 class WithEarlyStopping(TrainerCLI):
     def add_arguments_to_parser(self, parser: Any) -> None:
         parser.add_lightning_class_args(EarlyStopping, "early_stopping")
-        parser.set_defaults({"early_stopping.monitor": "val_acc", "early_stopping.mode": "max", "early_stopping.patience": 3})
+        parser.set_defaults(
+            {"early_stopping.monitor": "val_acc", "early_stopping.mode": "max", "early_stopping.patience": 3}
+        )
 
 
 def test_add_lightning_class_args_adds_a_configured_callback(tmp_path):

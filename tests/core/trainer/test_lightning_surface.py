@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader
 
 import torchplug
 from tests.core.trainer.models import BlobData, Classifier, blobs, quiet, weights
@@ -28,23 +28,55 @@ from torchplug.profilers import AdvancedProfiler, SimpleProfiler
 
 #: Lightning 2.6's ``Trainer.__init__`` arguments (read from lightning 2.6.6).
 LIGHTNING_TRAINER_ARGUMENTS = (
-    "accelerator strategy devices num_nodes precision logger callbacks fast_dev_run max_epochs min_epochs "
-    "max_steps min_steps max_time limit_train_batches limit_val_batches limit_test_batches limit_predict_batches "
-    "overfit_batches val_check_interval check_val_every_n_epoch num_sanity_val_steps log_every_n_steps "
-    "enable_checkpointing enable_progress_bar enable_model_summary accumulate_grad_batches gradient_clip_val "
-    "gradient_clip_algorithm deterministic benchmark inference_mode use_distributed_sampler profiler "
-    "detect_anomaly barebones plugins sync_batchnorm reload_dataloaders_every_n_epochs default_root_dir "
-    "enable_autolog_hparams model_registry"
-).split()
+    "accelerator",
+    "strategy",
+    "devices",
+    "num_nodes",
+    "precision",
+    "logger",
+    "callbacks",
+    "fast_dev_run",
+    "max_epochs",
+    "min_epochs",
+    "max_steps",
+    "min_steps",
+    "max_time",
+    "limit_train_batches",
+    "limit_val_batches",
+    "limit_test_batches",
+    "limit_predict_batches",
+    "overfit_batches",
+    "val_check_interval",
+    "check_val_every_n_epoch",
+    "num_sanity_val_steps",
+    "log_every_n_steps",
+    "enable_checkpointing",
+    "enable_progress_bar",
+    "enable_model_summary",
+    "accumulate_grad_batches",
+    "gradient_clip_val",
+    "gradient_clip_algorithm",
+    "deterministic",
+    "benchmark",
+    "inference_mode",
+    "use_distributed_sampler",
+    "profiler",
+    "detect_anomaly",
+    "barebones",
+    "plugins",
+    "sync_batchnorm",
+    "reload_dataloaders_every_n_epochs",
+    "default_root_dir",
+    "enable_autolog_hparams",
+    "model_registry",
+)
 
 
 def test_every_lightning_trainer_argument_is_accepted():
     assert set(LIGHTNING_TRAINER_ARGUMENTS) <= set(inspect.signature(torchplug.Trainer.__init__).parameters)
 
 
-def fit(
-    model: Any = None, data: Any = None, ckpt_path: str | None = None, **kwargs: Any
-) -> torchplug.Trainer:
+def fit(model: Any = None, data: Any = None, ckpt_path: str | None = None, **kwargs: Any) -> torchplug.Trainer:
     torch.manual_seed(0)
     trainer = torchplug.Trainer(**quiet(**{"max_epochs": 1, **kwargs}))
     model = model if model is not None else Classifier()
@@ -89,7 +121,9 @@ def test_max_time_takes_a_string_a_dict_or_a_timedelta(value, seconds):
     assert Timer(value).duration == seconds
 
 
-@pytest.mark.parametrize("value", ["1:30", "00:00:xx:00", {"fortnights": 1}, 12], ids=["short", "letters", "key", "int"])
+@pytest.mark.parametrize(
+    "value", ["1:30", "00:00:xx:00", {"fortnights": 1}, 12], ids=["short", "letters", "key", "int"]
+)
 def test_a_bad_max_time_is_refused_naming_it(value):
     with pytest.raises(MisconfigurationError, match="max_time="):
         torchplug.Trainer(**quiet(max_time=value))
@@ -181,7 +215,7 @@ def test_a_profiler_instance_writes_its_report_to_a_file(tmp_path):
     fit(profiler=profiler)
     report = (tmp_path / "fit-perf.txt").read_text()
     assert "[Module]Classifier.configure_optimizers" not in report  # hooks only: not every method
-    assert "run_training_batch" in report and "[Callback]" not in report or "run_training_epoch" in report
+    assert ("run_training_batch" in report and "[Callback]" not in report) or "run_training_epoch" in report
 
 
 def test_the_advanced_profiler_shows_where_the_time_went(capsys):
@@ -466,7 +500,9 @@ def test_torchplug_never_imports_torch_dynamo_itself(tmp_path):
     )
     root = Path(__file__).parents[3]
     env = {**os.environ, "PYTHONPATH": str(root)}
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=True)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300, check=True
+    )
     assert out.stdout.strip().splitlines()[-1] == "False"
 
 

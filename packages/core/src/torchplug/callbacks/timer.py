@@ -142,7 +142,9 @@ class Timer(Callback):
         if over and not trainer.should_stop:
             trainer.should_stop = True
             if self._verbose:
-                rank_zero_info("Time limit reached: max_time=%s. Signaling the Trainer to stop.", timedelta(seconds=self._duration))
+                rank_zero_info(
+                    "Time limit reached: max_time=%s. Signaling the Trainer to stop.", timedelta(seconds=self._duration)
+                )
 
     @override
     def state_dict(self) -> dict[str, Any]:

@@ -86,7 +86,11 @@ _ARGUMENT: Final = re.compile(r"\b([a-z_]+)=")
 
 
 #: The keys of ``save_config_kwargs``, with their defaults.
-_SAVE_CONFIG_DEFAULTS: Final[dict[str, Any]] = {"config_filename": "config.yaml", "overwrite": False, "multifile": False}
+_SAVE_CONFIG_DEFAULTS: Final[dict[str, Any]] = {
+    "config_filename": "config.yaml",
+    "overwrite": False,
+    "multifile": False,
+}
 
 
 class _SaveConfig(Callback):

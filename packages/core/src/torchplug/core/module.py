@@ -43,7 +43,7 @@ class Module(torch.nn.Module):
     """
 
     # Properties that TorchScript must not compile (they reach the Trainer, which is not scriptable).
-    __jit_unused_properties__: list[str] = [  # noqa: RUF012  (torch reads this exact class attribute)
+    __jit_unused_properties__: list[str] = [
         "trainer",
         "device",
         "dtype",
@@ -347,7 +347,7 @@ class Module(torch.nn.Module):
         self.trainer.strategy.clip_gradients(optimizer, float(gradient_clip_val), algorithm)
 
     def toggle_optimizer(self, optimizer: Any) -> None:
-        """Let only ``optimizer``'s parameters require gradients (the others are frozen until :meth:`untoggle_optimizer`).
+        """Let only ``optimizer``'s parameters require gradients; the others' wait for :meth:`untoggle_optimizer`.
 
         For several optimizers in manual optimization (a GAN's generator and discriminator): the
         backward of one loss then computes no gradient for the other optimizer's parameters.

@@ -10,8 +10,8 @@ profiler, nothing is wrapped and nothing costs a call.
 
 from __future__ import annotations
 
-import cProfile
 import contextlib
+import cProfile
 import functools
 import io
 import os
@@ -213,7 +213,11 @@ class AdvancedProfiler(Profiler):
         self.profiled_actions.clear()
 
 
-_NAMES = {"simple": SimpleProfiler, "advanced": AdvancedProfiler, "passthrough": PassThroughProfiler}
+_NAMES: dict[str, type[Profiler]] = {
+    "simple": SimpleProfiler,
+    "advanced": AdvancedProfiler,
+    "passthrough": PassThroughProfiler,
+}
 
 
 def build_profiler(profiler: Any) -> Profiler:

@@ -68,9 +68,7 @@ def add_feature_callbacks(callbacks: list[Callback], model_summary: bool, max_ti
         added.append(ModelSummary())
     if max_time is not None:
         if any(isinstance(c, Timer) for c in callbacks):
-            raise MisconfigurationError(
-                f"max_time={max_time!r}, but callbacks= holds a Timer too. Remove one of them."
-            )
+            raise MisconfigurationError(f"max_time={max_time!r}, but callbacks= holds a Timer too. Remove one of them.")
         try:
             added.append(Timer(max_time))
         except ValueError as exc:

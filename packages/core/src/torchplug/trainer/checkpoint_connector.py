@@ -126,7 +126,11 @@ class CheckpointConnector:
         """Restore everything ``fit`` needs to continue exactly where the checkpoint was written."""
         trainer = self._trainer
         loops = checkpoint.get("loops")
-        if not isinstance(loops, dict) or not ({"fit", "fit_loop"} & loops.keys()) or "optimizer_states" not in checkpoint:
+        if (
+            not isinstance(loops, dict)
+            or not ({"fit", "fit_loop"} & loops.keys())
+            or "optimizer_states" not in checkpoint
+        ):
             missing = [k for k in ("loops", "optimizer_states") if k not in checkpoint] or ["loops['fit']"]
             raise MisconfigurationError(
                 f"{self.ckpt_path!r} holds only weights (it lacks {', '.join(map(repr, missing))}: it was saved with "

@@ -161,7 +161,12 @@ def lightning_loops(fit: Mapping[str, Any], batches_per_epoch: float, accumulate
         "epoch_loop.val_loop.state_dict": {},
         "epoch_loop.val_loop.batch_progress": _eval_loop()["batch_progress"],
     }
-    return {"fit_loop": fit_loop, "validate_loop": _eval_loop(), "test_loop": _eval_loop(), "predict_loop": _eval_loop()}
+    return {
+        "fit_loop": fit_loop,
+        "validate_loop": _eval_loop(),
+        "test_loop": _eval_loop(),
+        "predict_loop": _eval_loop(),
+    }
 
 
 # -- Lightning -> torchplug -------------------------------------------------------------------

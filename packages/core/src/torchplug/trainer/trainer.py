@@ -21,8 +21,8 @@ from torchplug.callbacks.callback import Callback
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
-from torchplug.trainer import arguments as check
 from torchplug.profilers.profiler import Profiler, build_profiler
+from torchplug.trainer import arguments as check
 from torchplug.trainer.callback_connector import add_feature_callbacks, attach_model_callbacks, build_callbacks
 from torchplug.trainer.checkpoint_connector import CheckpointConnector
 from torchplug.trainer.configuration import (
@@ -354,7 +354,9 @@ class Trainer(TrainerProperties):
         launcher = self.strategy.launcher
         try:
             if self.barebones:
-                rank_zero_info("Trainer(barebones=True) started running: no progress bar, logs, checkpoints or summary.")
+                rank_zero_info(
+                    "Trainer(barebones=True) started running: no progress bar, logs, checkpoints or summary."
+                )
             result = launcher.launch(impl, trainer=self) if launcher is not None else impl()
             self.state.status = TrainerStatus.INTERRUPTED if self.preempted else TrainerStatus.FINISHED
             return result
@@ -466,10 +468,8 @@ def _unwrap_compiled(model: Any) -> Any:
     module = model._orig_mod
     if not isinstance(module, Module):
         return model  # refused by the caller, naming its type
-    compiled_ctx = getattr(module, "_compiled_ctx", None)
-    if compiled_ctx is None or compiled_ctx[0] is not model:
-        original = module.__dict__.get("forward")
-        module._compiled_ctx = (model, original)
+    if module.__dict__.get("_compiled_by") is not model:  # once per compiled wrapper: never compile twice
+        module.__dict__["_compiled_by"] = model
         module.forward = model.dynamo_ctx(module.forward)  # the original forward, compiled as torch.compile would
     return module
 

@@ -140,11 +140,7 @@ def _layers(module: torch.nn.Module, max_depth: int) -> list[LayerSummary]:
         return []
     named = module.named_modules()
     next(named)  # the module itself
-    return [
-        LayerSummary(name, sub)
-        for name, sub in named
-        if max_depth < 0 or name.count(".") < max_depth
-    ]
+    return [LayerSummary(name, sub) for name, sub in named if max_depth < 0 or name.count(".") < max_depth]
 
 
 @contextlib.contextmanager
