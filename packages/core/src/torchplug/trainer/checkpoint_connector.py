@@ -21,6 +21,7 @@ from torchplug.trainer.checkpoint_layout import (
     lightning_loops,
     progress_from_lightning,
 )
+from torchplug.utilities.rank_zero import rank_zero_warn
 from torchplug.utilities.seed import capture_rng_states
 
 if TYPE_CHECKING:
@@ -171,6 +172,12 @@ class CheckpointConnector:
             fit_state = progress_from_lightning(
                 loops["fit_loop"], int(checkpoint.get("global_step", 0)), trainer.num_training_batches, accumulate
             )
+            if fit_state["batches_done"] and not fit_state["epoch_finished"]:
+                rank_zero_warn(
+                    f"{self.ckpt_path!r} was written in the middle of epoch {fit_state['epoch']} by Lightning "
+                    f"and holds no random state: the epoch goes on after its first {fit_state['batches_done']} batches of a new "
+                    "pass over the data, whose order may differ from the interrupted run's if the loader shuffles."
+                )
         trainer.fit_loop.restore(fit_state, rng.get("global"), checkpoint.get("accumulated_gradients"))
         trainer.should_stop = trainer.fit_loop.progress.should_stop
 

@@ -260,6 +260,11 @@ class DataConnector:
         if isinstance(train, (Mapping, list, tuple)):
             train = CombinedLoader(train, "max_size_cycle")
         if isinstance(train, CombinedLoader):
+            if train.mode == "sequential":
+                rank_zero_warn(
+                    "fit() with CombinedLoader(mode='sequential'): training_step receives every batch of the first "
+                    "loader, then of the next, with batch_idx counting over the whole epoch."
+                )
             loaders = [self.process(loader, "train_dataloaders", True) for loader in train.flattened]
             train.flattened = [sequential(loader, "train_dataloaders") for loader in loaders] if overfit else loaders
             return train
