@@ -174,9 +174,10 @@ class CheckpointConnector:
             )
             if fit_state["batches_done"] and not fit_state["epoch_finished"]:
                 rank_zero_warn(
-                    f"{self.ckpt_path!r} was written in the middle of epoch {fit_state['epoch']} by Lightning "
-                    f"and holds no random state: the epoch goes on after its first {fit_state['batches_done']} batches of a new "
-                    "pass over the data, whose order may differ from the interrupted run's if the loader shuffles."
+                    f"{self.ckpt_path!r} was written by Lightning in the middle of epoch {fit_state['epoch']} and "
+                    f"holds no random state: the epoch goes on after the first {fit_state['batches_done']} batches "
+                    "of a new pass over the data, whose order may differ from the interrupted run's if the loader "
+                    "shuffles."
                 )
         trainer.fit_loop.restore(fit_state, rng.get("global"), checkpoint.get("accumulated_gradients"))
         trainer.should_stop = trainer.fit_loop.progress.should_stop
