@@ -193,6 +193,16 @@ class Accelerator(ABC):
         """
         return cls
 
+    def set_benchmark(self, enabled: bool) -> bool:
+        """Turn the tuning of kernels to the input sizes seen on or off (``Trainer(benchmark=...)``).
+
+        Called in every process once its device is selected, before any step runs, when the user
+        gives ``benchmark=True``/``False`` (and with False for ``deterministic=True``). Return
+        whether the hardware has such a setting: False (the default) makes the Trainer say that
+        ``benchmark=`` has no effect here. CUDA sets ``torch.backends.cudnn.benchmark``.
+        """
+        return False
+
     # -- decisions the core delegates to the accelerator ----------------------------------------
 
     def default_strategy(self, num_devices: int, num_nodes: int, interactive: bool) -> str:
