@@ -132,7 +132,7 @@ def test_the_callback_prints_the_summary_when_fit_starts(make_trainer, data, cap
 
     assert "backbone.1 | BatchNorm1d" in out
     assert "65        Total params" in out
-    assert callback.last_summary is not None and callback.last_summary.total_parameters == 65
+    assert callback.summary is not None and callback.summary.total_parameters == 65
 
 
 def test_max_depth_0_prints_nothing(make_trainer, data, capsys):

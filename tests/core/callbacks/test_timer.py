@@ -72,12 +72,13 @@ def test_durations(duration: Any, seconds: float | None):
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"duration": "12:00"}, r"'12:00' is not a duration\. Hint: give 'DD:HH:MM:SS'"),
-        ({"duration": {"fortnights": 1}}, r"\{'fortnights': 1\}"),
-        ({"duration": 60}, r"60 is not a duration"),
+        ({"duration": "12:00"}, r"duration='12:00' is not a duration: give \"DD:HH:MM:SS\""),
+        ({"duration": {"fortnights": 1}}, r"duration=\{'fortnights': 1\}: the dict's keys must be timedelta arguments"),
+        ({"duration": 60}, r"duration=60 is not a duration"),
+        ({"duration": "00:00:00:-1"}, r"duration='00:00:00:-1' is not a duration"),
         ({"interval": "batch"}, r"Timer\(interval='batch'\): choose 'step' or 'epoch'"),
     ],
-    ids=["bad-string", "bad-dict", "bare-number", "bad-interval"],
+    ids=["bad-string", "bad-dict", "bare-number", "negative", "bad-interval"],
 )
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(MisconfigurationError, match=message):

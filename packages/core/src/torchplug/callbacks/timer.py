@@ -23,45 +23,46 @@ __all__ = ["Timer", "parse_duration"]
 _DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
 
 
-def parse_duration(
-    duration: str | timedelta | dict[str, int] | None, what: str = "Timer(duration=...)"
-) -> float | None:
-    """``"DD:HH:MM:SS"``, a ``timedelta`` or a dict of ``timedelta`` arguments, in seconds (None stays None).
+def parse_duration(value: Any, what: str = "max_time") -> timedelta:
+    """A duration from ``"DD:HH:MM:SS"``, a dict of ``timedelta`` arguments (``{"hours": 1}``), or a ``timedelta``.
 
     Raises:
-        MisconfigurationError: Anything else, naming ``what`` and the value.
+        MisconfigurationError: Anything else, or a negative duration, naming ``what`` and the value.
     """
-    if duration is None:
-        return None
-    if isinstance(duration, str):
-        match = _DURATION.fullmatch(duration.strip())
-        if match is None:
-            raise MisconfigurationError(
-                f"{what}: {duration!r} is not a duration. Hint: give 'DD:HH:MM:SS' ('00:12:00:00' for 12 hours), "
-                "a datetime.timedelta, or a dict such as {'hours': 12}."
-            )
-        days, hours, minutes, seconds = (int(group) for group in match.groups())
-        duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    elif isinstance(duration, dict):
+    duration: timedelta | None = None
+    if isinstance(value, timedelta):
+        duration = value
+    elif isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip())
+        if match is not None:
+            days, hours, minutes, seconds = (int(group) for group in match.groups())
+            duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    elif isinstance(value, dict):
         try:
-            duration = timedelta(**duration)
+            duration = timedelta(**value)
         except TypeError as exc:
-            raise MisconfigurationError(f"{what}: {duration!r}: {exc}. Hint: use timedelta's arguments.") from exc
-    if not isinstance(duration, timedelta):
+            raise MisconfigurationError(
+                f"{what}={value!r}: the dict's keys must be timedelta arguments (days, hours, minutes, seconds...): "
+                f"{exc}"
+            ) from exc
+    if duration is None:
         raise MisconfigurationError(
-            f"{what}: {duration!r} is not a duration. Hint: give 'DD:HH:MM:SS', a datetime.timedelta or a dict "
-            "of its arguments."
+            f'{what}={value!r} is not a duration: give "DD:HH:MM:SS" (for example "00:12:00:00"), a dict such as '
+            '{"hours": 12}, or a datetime.timedelta.'
         )
-    return duration.total_seconds()
+    if duration.total_seconds() < 0:
+        raise MisconfigurationError(f"{what}={value!r} is negative.")
+    return duration
 
 
 class Timer(Callback):
     """Stop training once ``duration`` has passed, and time the training, validation and test loops.
 
-    The time limit is checked after every training batch (``interval="step"``) or after every
-    epoch (``"epoch"``). Global rank 0's clock decides, for every process at once, so that DDP
-    ranks never disagree about stopping. The training time survives a resume: the checkpoint
-    stores it, and a resumed run stops when the total reaches ``duration``.
+    ``Trainer(max_time=...)`` adds one. The time limit is checked when training starts (a zero or
+    used-up budget trains no step, as in Lightning), then after every training batch
+    (``interval="step"``) or every epoch (``"epoch"``). Global rank 0's clock decides, for every
+    process at once, so that DDP ranks never disagree about stopping. The training time survives
+    a resume: the checkpoint stores it, and a resumed run stops when the total reaches ``duration``.
 
     Example:
         >>> timer = Timer(duration="00:12:00:00")          # 12 hours
@@ -83,7 +84,7 @@ class Timer(Callback):
     ) -> None:
         if interval not in ("step", "epoch"):
             raise MisconfigurationError(f"Timer(interval={interval!r}): choose 'step' or 'epoch'.")
-        self._duration = parse_duration(duration)
+        self._duration = None if duration is None else parse_duration(duration, "duration").total_seconds()
         self._interval = interval
         self._verbose = verbose
         self._start_time: dict[RunningStage, float | None] = dict.fromkeys(RunningStage)

@@ -323,11 +323,14 @@ class Strategy(ABC):
         with self.precision.forward_context():
             return step(*args, **kwargs)
 
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
-        """Compute gradients of ``loss`` through the precision plugin (which may scale it)."""
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
+        """Compute gradients of ``loss`` through the precision plugin (which may scale it).
+
+        Extra arguments (``retain_graph=True``... from ``manual_backward``) reach ``loss.backward``.
+        """
         assert self.precision is not None and self.model is not None
         loss = self.precision.pre_backward(loss, self.model)
-        self.precision.backward(loss, self.model, optimizer)
+        self.precision.backward(loss, self.model, optimizer, *args, **kwargs)
         self.precision.post_backward(loss, self.model)
 
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:

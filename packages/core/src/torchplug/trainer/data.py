@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Iterator, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -19,6 +19,7 @@ from torchplug.strategies.strategy import Strategy
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.apply import move_to_device
+from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.env_vars import env_int
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -172,6 +173,18 @@ def with_batch_indices(loader: Any) -> Any:
         return loader
 
 
+def sequential(loader: Any, what: str) -> Any:
+    """``loader`` reading its data in order (``overfit_batches``): a shuffling DataLoader is rebuilt, with a warning."""
+    if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler) or loader.batch_size is None:
+        return loader
+    rank_zero_warn(f"overfit_batches is set, so the {what} are read in order: their shuffling is turned off.")
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    return type(loader)(loader.dataset, batch_size=loader.batch_size, shuffle=False, **kwargs)
+
+
 def num_batches(loader: Any) -> float:
     """The number of batches in ``loader``: ``inf`` when it has no length."""
     if isinstance(loader, Sized):
@@ -297,6 +310,7 @@ class DataConnector:
         self.eval_batches: dict[TrainerFn, list[float]] = {}
         #: Whether fit's dataloaders came from the hooks (DataModule or module), not from fit's arguments.
         self.fit_loaders_from_hooks = False
+        self._fit_given: tuple[Any, Any] = (None, None)
 
     def prepare_data(self) -> None:
         """Run ``prepare_data`` of the DataModule and the module on each node's local rank 0, then wait for it."""
@@ -325,17 +339,39 @@ class DataConnector:
             loader = with_distributed_sampler(loader, kwargs, shuffle_default, unrepeated)
         return trainer.strategy.process_dataloader(loader)
 
+    def _train_loader(self, train: Any) -> Any:
+        """One training loader; several (a dict, a list or a CombinedLoader) are combined, each processed."""
+        overfit = self._trainer.overfit_batches
+        if isinstance(train, (Mapping, list, tuple)):
+            train = CombinedLoader(train, "max_size_cycle")
+        if isinstance(train, CombinedLoader):
+            if train.mode == "sequential":
+                rank_zero_warn(
+                    "fit() with CombinedLoader(mode='sequential'): training_step receives every batch of the first "
+                    "loader, then of the next, with batch_idx counting over the whole epoch."
+                )
+            loaders = [self.process(loader, "train_dataloaders", True) for loader in train.flattened]
+            train.flattened = [sequential(loader, "train_dataloaders") for loader in loaders] if overfit else loaders
+            return train
+        loader = self.process(train, "train_dataloaders", True)
+        return sequential(loader, "train_dataloaders") if overfit else loader
+
+    def reload_fit(self) -> None:
+        """Ask the DataModule (or module) for new fit dataloaders (``reload_dataloaders_every_n_epochs``)."""
+        self.setup_fit(*self._fit_given)
+
     def setup_fit(self, train: Any, val: Any) -> None:
         """The training loader and, when the module can validate, the validation loaders, with their batch counts."""
         trainer = self._trainer
         self.fit_loaders_from_hooks = train is None and val is None
+        self._fit_given = (train, val)
         train = train if train is not None else self.source("train_dataloader")
         if train is None:
             raise MisconfigurationError(
                 "fit() needs training data: pass train_dataloaders=..., a DataModule with "
                 "train_dataloader(), or define train_dataloader() on the model."
             )
-        self.train_loader = self.process(train, "train_dataloaders", True)
+        self.train_loader = self._train_loader(train)
         self.num_training_batches = limit_batches(
             num_batches(self.train_loader), trainer.limit_train_batches, "limit_train_batches"
         )
@@ -344,6 +380,8 @@ class DataConnector:
             return  # no validation: its dataloader is not even requested
         loaders = as_list(val if val is not None else self.source("val_dataloader"))
         self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
+        if trainer.overfit_batches:
+            self.val_loaders = [sequential(v, "val_dataloaders") for v in self.val_loaders]
         self.num_val_batches = [
             limit_batches(num_batches(v), trainer.limit_val_batches, "limit_val_batches") for v in self.val_loaders
         ]

@@ -1,14 +1,27 @@
 """Summaries of a model: its layers, their parameter counts, modes, FLOPs and input/output sizes.
 
 ``summarize(module)`` is what :class:`torchplug.callbacks.ModelSummary` prints at the start of
-``fit``. In and out sizes and FLOPs need an example input: the module's ``example_input_array``
-(a tensor, a tuple of positional arguments or a dict of keyword arguments), run once through
-the module in eval mode under ``torch.no_grad()``.
+``fit`` (``Trainer(enable_model_summary=True)``, the default), in Lightning 2.6's layout::
+
+      | Name | Type       | Params | Mode  | FLOPs | In sizes | Out sizes
+    ---------------------------------------------------------------------------
+    0 | net  | Sequential | 676    | train | 1.3 K | [2, 16]  | [2, 4]
+    ---------------------------------------------------------------------------
+    676       Trainable params
+    0         Non-trainable params
+    676       Total params
+    0.003     Total estimated model params size (MB)
+    4         Modules in train mode
+    0         Modules in eval mode
+    1.3 K     Total Flops
+
+In and out sizes and FLOPs need an example input: the module's ``example_input_array`` (a
+tensor, a tuple of positional arguments or a dict of keyword arguments), or one given, run once
+through the module in eval mode under ``torch.no_grad()``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterator
 from typing import Any, Final
@@ -89,16 +102,19 @@ class ModelSummary:
         module: The model (a :class:`torchplug.Module` or any ``torch.nn.Module``).
         max_depth: How deep nested layers are listed: 1 the direct children, -1 all, 0 none
             (the totals only).
+        example_input: An input of ``forward`` on the module's device (default: the module's
+            ``example_input_array``, when it has one); with it, sizes and FLOPs are measured.
 
     Raises:
         ValueError: ``max_depth`` below -1 or not an int.
     """
 
-    def __init__(self, module: torch.nn.Module, max_depth: int = 1) -> None:
+    def __init__(self, module: torch.nn.Module, max_depth: int = 1, example_input: Any = None) -> None:
         if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < -1:
             raise ValueError(f"ModelSummary(max_depth={max_depth!r}): give -1 (all layers), 0 (none) or a depth >= 1.")
         self._module = module
         self._max_depth = max_depth
+        self._example = example_input if example_input is not None else getattr(module, "example_input_array", None)
         self._flops = FlopCounterMode(display=False)
         self._layers = self._summarize()
 
@@ -114,7 +130,7 @@ class ModelSummary:
     def _summarize(self) -> dict[str, _Layer]:
         layers = {name: _Layer(child) for name, child in self._named_layers()}
         try:
-            if getattr(self._module, "example_input_array", None) is not None:
+            if self._example is not None:
                 self._forward_example_input()
         finally:
             for layer in layers.values():
@@ -123,16 +139,12 @@ class ModelSummary:
 
     def _forward_example_input(self) -> None:
         module = self._module
-        example = getattr(module, "example_input_array")  # noqa: B009  (an optional attribute of any module)
         device = next((p.device for p in module.parameters()), torch.device("cpu"))
-        example = move_to_device(example, device)
+        example = move_to_device(self._example, device)
         modes = {m: m.training for m in module.modules()}
-        trainer = getattr(module, "_trainer", None)  # the precision's autocast, as in the run
-        precision = getattr(getattr(trainer, "strategy", None), "precision", None)
-        forward_context = precision.forward_context() if precision is not None else contextlib.nullcontext()
         module.eval()
         try:
-            with torch.no_grad(), forward_context, self._flops:
+            with torch.no_grad(), self._flops:
                 if isinstance(example, (list, tuple)):
                     module(*example)
                 elif isinstance(example, dict):
@@ -225,7 +237,7 @@ class ModelSummary:
             ("Mode", ["train" if training else "eval" for training in self.training_modes]),
             ("FLOPs", [get_human_readable_count(n) for n in self.flop_counts.values()]),
         ]
-        if getattr(self._module, "example_input_array", None) is not None:
+        if self._example is not None:
             columns.append(("In sizes", [str(size) for size in self.in_sizes]))
             columns.append(("Out sizes", [str(size) for size in self.out_sizes]))
         leftover = self.total_parameters - self.total_layer_params
@@ -281,6 +293,9 @@ def format_summary_table(
     return "\n".join(lines)
 
 
-def summarize(module: torch.nn.Module, max_depth: int = 1) -> ModelSummary:
-    """The :class:`ModelSummary` of ``module`` down to ``max_depth`` (1: its direct children; -1: all)."""
-    return ModelSummary(module, max_depth=max_depth)
+def summarize(module: torch.nn.Module, max_depth: int = 1, example_input: Any = None) -> ModelSummary:
+    """The :class:`ModelSummary` of ``module`` down to ``max_depth`` (1: its direct children; -1: all).
+
+    ``example_input`` (default: the module's ``example_input_array``) measures sizes and FLOPs.
+    """
+    return ModelSummary(module, max_depth=max_depth, example_input=example_input)
