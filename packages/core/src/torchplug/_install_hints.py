@@ -60,4 +60,5 @@ INSTALL_HINTS: Final[dict[str, dict[str, str]]] = {
         "slurm": "env-slurm",
         "xla_runtime": "accel-tpu",
     },
+    "logger": {},
 }
