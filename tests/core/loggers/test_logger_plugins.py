@@ -289,7 +289,9 @@ def test_core_plugins_list_kind_logger() -> None:
     assert {"csv", "tensorboard"} <= set(entries)
     assert entries["tensorboard"]["aliases"] == ["tb"]
     table = run_core("plugins", "list", "--kind", "logger").stdout.splitlines()
-    assert [row.split()[:2] for row in table[1:3]] == [["csv", "logger"], ["tensorboard", "logger"]]
+    rows = {row.split()[0]: row.split()[1:4] for row in table[1:] if row and not row.startswith(" ")}
+    assert rows["csv"] == ["logger", "-", "core==0.1.0"]
+    assert rows["tensorboard"] == ["logger", "tb", "core==0.1.0"]
 
 
 def core(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
