@@ -72,9 +72,12 @@ def test_by_name_without_a_tracking_uri_the_store_is_under_default_root_dir(
     ids=["at-the-end", "all"],
 )
 def test_checkpoints_become_run_artifacts_when_asked(
-    log_model: bool | str, uploaded: list[str], sqlite_uri: str, tmp_path: Path
+    log_model: bool | str, uploaded: list[str], sqlite_uri: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    logger = MLFlowLogger("checkpoints", tracking_uri=sqlite_uri, log_model=log_model)  # type: ignore[arg-type]
+    elsewhere = tmp_path / "cwd"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    logger = MLFlowLogger(f"checkpoints-{log_model}", tracking_uri=sqlite_uri, log_model=log_model)  # type: ignore[arg-type]
     checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", monitor="train_loss", save_top_k=1, save_last=True)
     trainer(tmp_path, logger, callbacks=[checkpoint]).fit(Regressor(), loader())
     client = MlflowClient(sqlite_uri)
@@ -85,6 +88,9 @@ def test_checkpoints_become_run_artifacts_when_asked(
     assert restored["global_step"] == 8
     metadata = (Path(local) / "metadata.yaml").read_text()
     assert "aliases:\n- last" in metadata and "monitor: train_loss" in metadata
+    database = Path(sqlite_uri.removeprefix("sqlite:///"))
+    assert list((database.parent / "artifacts").glob(f"**/{logger.run_id}/artifacts/checkpoints/last/last.ckpt"))
+    assert list(elsewhere.iterdir()) == []  # nothing in the directory the run started from (MLflow's ./mlruns)
 
 
 def test_checkpoints_stay_local_by_default(sqlite_uri: str, tmp_path: Path) -> None:

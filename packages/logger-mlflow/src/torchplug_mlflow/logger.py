@@ -57,8 +57,9 @@ class MLFlowLogger(Logger):
             as each is written, True once at the end of the fit (as each is written when
             ``save_top_k=-1``), False (default) never.
         prefix: Put before every metric name, joined with ``-``.
-        artifact_location: Where a new experiment stores artifacts (default: the store's choice;
-            ``<save_dir>/artifacts`` for the default local store).
+        artifact_location: Where a new experiment stores artifacts (default: ``artifacts/`` beside the
+            database of a ``sqlite:///`` store, so the default store keeps them in ``<save_dir>/artifacts``;
+            the server's or store's choice otherwise).
         run_id: Resume this run: metrics, parameters and artifacts are added to it (its steps go on
             where a checkpoint resumed with ``fit(ckpt_path=...)`` left off).
         synchronous: Passed to MLflow's ``log_batch``: False logs in MLflow's background thread
@@ -89,8 +90,10 @@ class MLFlowLogger(Logger):
         uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
         self._local_default = not uri
         self._tracking_uri = uri or f"sqlite:///{self._save_dir}/mlflow.db"
-        if self._local_default and artifact_location is None:
-            artifact_location = f"{self._save_dir}/artifacts"
+        if artifact_location is None and self._tracking_uri.startswith("sqlite:///"):
+            # Beside the database, not MLflow's ./mlruns in whatever directory the run started from.
+            database = self._tracking_uri.removeprefix("sqlite:///").partition("?")[0]
+            artifact_location = f"{os.path.dirname(os.path.abspath(database))}/artifacts"
         self._tags = {str(k): str(v) for k, v in (tags or {}).items()}
         self._log_model = log_model
         self._prefix = prefix
