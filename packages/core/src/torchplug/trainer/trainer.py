@@ -335,12 +335,12 @@ class Trainer(TrainerProperties):
             self.strategy.teardown()
             self.module._results = None
             self.module._step_optimizers = []
+            self.module._manual_backward = None
 
     def _fit_impl(self, train_dataloaders: Any, val_dataloaders: Any, ckpt_path: str | None) -> None:
         self._setup("fit")
         try:
             self._data.setup_fit(train_dataloaders, val_dataloaders)
-            self.fit_loop.setup_validation_schedule()
             self.strategy.setup(functools.partial(configure_optimizers, self))
             checkpoint = self._checkpoints.load_for_fit(ckpt_path)
             if checkpoint is not None:
@@ -350,6 +350,7 @@ class Trainer(TrainerProperties):
             if checkpoint is not None:
                 self._checkpoints.restore_training_state(checkpoint)
             self._preemption.start()
+            self.module.zero_grad()  # gradients left from before the run are not this run's
             self.fit_loop.sanity_check()
             self.fit_loop.run()
             self._hooks.call("on_fit_end")
@@ -366,6 +367,7 @@ class Trainer(TrainerProperties):
             loaders, limits = self._data.setup_evaluation(fn, dataloaders)
             self.strategy.setup(None)
             self._checkpoints.restore_for_evaluation(ckpt_path, fn.value)
+            self.module.zero_grad()
             if fn is TrainerFn.PREDICTING:
                 predictions = self.predict_loop.run(loaders, limits, keep)
                 return (predictions[0] if len(predictions) == 1 else predictions) if keep else None
