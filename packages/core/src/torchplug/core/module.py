@@ -534,6 +534,9 @@ class Module(torch.nn.Module):
         init contexts; make it idempotent (it runs again for each ``fit``/``validate``...).
         """
 
+    def configure_sharded_model(self) -> None:
+        """The older name of :meth:`configure_model`: an override runs as ``configure_model``, with a warning."""
+
     # -- data hooks ------------------------------------------------------------------------------
 
     def prepare_data(self) -> None:

@@ -186,6 +186,8 @@ class EvaluationLoop:
                         seen[loader_idx] = count + 1
                         if log_steps:
                             self._logging.log_eval_step_metrics(count)
+                if several:
+                    results.compute_epoch(store, loader_idx)  # this dataloader's values, now it is done
         results.dataloader_idx = None
         results.phase = EPOCH
         if after_batches is not None:

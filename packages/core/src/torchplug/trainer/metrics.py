@@ -371,15 +371,18 @@ class MetricStore:
 
     # -- aggregating ----------------------------------------------------------------------------
 
-    def compute_epoch(self, stage: str) -> None:
+    def compute_epoch(self, stage: str, dataloader_idx: int | None = None) -> None:
         """Turn the epoch totals of ``stage`` into values (synced over processes where asked).
+
+        With several dataloaders, each one's values are computed when it is done
+        (``dataloader_idx``), and the rest (logged in the epoch-end hooks) at the end.
 
         Every process must call this at the same point: ``sync_dist`` metrics are reduced, and
         torchmetrics Metrics computed, in name order.
         """
         for name in sorted(self._stages.get(stage, {})):
             metric = self._stages[stage][name]
-            if not metric.on_epoch:
+            if not metric.on_epoch or metric.dataloader_idx != dataloader_idx:
                 continue
             if metric.obj is not None:
                 metric.epoch_value = metric.obj.compute()
@@ -462,12 +465,10 @@ class MetricStore:
         }
 
     def epoch_metrics(self, stage: str) -> dict[str, torch.Tensor]:
-        """The epoch aggregates of ``stage`` for the loggers."""
-        return {
-            m.epoch_key(): as_tensor(m.epoch_value)
-            for m in self._stages.get(stage, {}).values()
-            if m.logger and m.epoch_value is not None
-        }
+        """The epoch aggregates of ``stage`` for the loggers: the last dataloader's first, as Lightning orders them."""
+        metrics = [m for m in self._stages.get(stage, {}).values() if m.logger and m.epoch_value is not None]
+        metrics.sort(key=lambda m: -1 if m.dataloader_idx is None else m.dataloader_idx, reverse=True)
+        return {m.epoch_key(): as_tensor(m.epoch_value) for m in metrics}
 
     def progress_bar_metrics(self) -> dict[str, float]:
         """The metrics logged with ``prog_bar=True``, as numbers."""

@@ -21,7 +21,7 @@ from torchplug.loggers.logger import Logger
 from torchplug.trainer import arguments as check
 from torchplug.trainer.callback_connector import attach_model_callbacks, build_callbacks
 from torchplug.trainer.checkpoint_connector import CheckpointConnector
-from torchplug.trainer.configuration import apply_deterministic, verify_loop_configuration
+from torchplug.trainer.configuration import apply_deterministic, verify_hooks, verify_loop_configuration
 from torchplug.trainer.connector import (
     AcceleratorArg,
     DevicesArg,
@@ -284,6 +284,13 @@ class Trainer(TrainerProperties):
         if datamodule is not None:
             datamodule.trainer = self
         self.callbacks = attach_model_callbacks(self.callbacks, model)
+        verify_hooks(
+            model,
+            self.callbacks,
+            self.strategy,
+            {"accumulate_grad_batches": self.accumulate_grad_batches, "gradient_clip_val": self.gradient_clip_val},
+            fitting=fn is TrainerFn.FITTING,
+        )
         self._hooks.reset()
         self.should_stop = False
         launcher = self.strategy.launcher
@@ -304,6 +311,11 @@ class Trainer(TrainerProperties):
                 callback.on_exception(self, self.module, exc)
             except Exception as hook_error:  # the run's own error matters more; the hook's is reported
                 rank_zero_warn(f"{type(callback).__name__}.on_exception raised {hook_error!r}")
+        if self.datamodule is not None:
+            try:
+                self.datamodule.on_exception(exc)
+            except Exception as hook_error:
+                rank_zero_warn(f"{type(self.datamodule).__name__}.on_exception raised {hook_error!r}")
         self.strategy.on_exception(exc)
         self._logging.finalize("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
 
@@ -321,9 +333,10 @@ class Trainer(TrainerProperties):
         if self.datamodule is not None:
             self.datamodule.setup(stage)
         self._hooks.call("setup", stage)
-        if is_overridden(self.module, "configure_model", Module):
+        configure = _configure_model_hook(self.module)
+        if configure is not None:
             with strategy.tensor_init_context(), strategy.model_sharded_context():
-                self.module.configure_model()
+                configure()
 
     def _teardown(self, stage: str) -> None:
         try:
@@ -379,3 +392,17 @@ class Trainer(TrainerProperties):
             return results
         finally:
             self._teardown(fn.value)
+
+
+def _configure_model_hook(module: Module) -> Callable[[], None] | None:
+    """The module's ``configure_model``, or its older name ``configure_sharded_model`` (with a deprecation warning)."""
+    if is_overridden(module, "configure_model", Module):
+        return module.configure_model
+    if is_overridden(module, "configure_sharded_model", Module):
+        rank_zero_warn(
+            f"{type(module).__name__} overrides configure_sharded_model, the older name of configure_model; it runs "
+            "as configure_model. Hint: rename it to configure_model.",
+            category=DeprecationWarning,
+        )
+        return module.configure_sharded_model
+    return None
