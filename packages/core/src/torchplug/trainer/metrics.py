@@ -24,7 +24,7 @@ from torchplug._errors import MisconfigurationError
 if TYPE_CHECKING:
     from torchplug.core.module import Module
 
-__all__ = ["BATCH_EVAL", "BATCH_TRAIN", "EPOCH", "LogPhase", "MetricStore", "reduce_fx_name"]
+__all__ = ["BATCH_EVAL", "BATCH_TRAIN", "EPOCH", "LogPhase", "MetricStore", "as_tensor", "reduce_fx_name"]
 
 _REDUCE_FX: Final = ("mean", "sum", "max", "min")
 _DATALOADER_SUFFIX: Final = "/dataloader_idx_"
@@ -157,10 +157,10 @@ def _is_torchmetric(value: Any) -> bool:
     return torchmetrics is not None and isinstance(value, torchmetrics.Metric)
 
 
-def as_tensor(value: Any) -> torch.Tensor:
-    """A logged value as Lightning reports it: a floating-point scalar tensor (detached)."""
+def as_tensor(value: Any, detach: bool = True) -> torch.Tensor:
+    """A logged value as Lightning reports it: a floating-point scalar tensor (detached unless ``detach=False``)."""
     if isinstance(value, torch.Tensor):
-        tensor = value.detach().reshape(())
+        tensor = (value.detach() if detach else value).reshape(())
         return tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.to(torch.get_default_dtype())
     return torch.tensor(float(value))
 
@@ -424,11 +424,11 @@ class MetricStore:
         out: dict[str, torch.Tensor] = {}
         for metric in store.values():
             if training and metric.on_step and metric.last is not None:
-                value = as_tensor(metric.last)
+                value = as_tensor(metric.last, not metric.enable_graph)
                 out[metric.step_key()] = value
                 out.setdefault(metric.name, value)
             if metric.epoch_value is not None:
-                value = as_tensor(metric.epoch_value)
+                value = as_tensor(metric.epoch_value, not metric.enable_graph)
                 out[metric.epoch_key()] = value
                 out[metric.name] = value
         return out
