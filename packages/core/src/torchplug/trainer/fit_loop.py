@@ -251,7 +251,8 @@ class FitLoop:
     def run(self) -> None:
         """Train until :meth:`done`."""
         trainer = self.trainer
-        self._data.setup_train()  # train_dataloader() is called here (after the sanity check), as in Lightning
+        # As in Lightning: train_dataloader() here, after the sanity check, then val_dataloader() unless it ran
+        self._data.setup_train()
         self._data.setup_val()
         self.setup_validation_schedule()
         if self._data.num_training_batches == 0:

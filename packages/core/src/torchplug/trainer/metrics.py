@@ -470,6 +470,18 @@ class MetricStore:
         metrics.sort(key=lambda m: -1 if m.dataloader_idx is None else m.dataloader_idx, reverse=True)
         return {m.epoch_key(): as_tensor(m.epoch_value) for m in metrics}
 
+    def results_per_dataloader(self, stage: str, count: int) -> list[dict[str, float]]:
+        """What ``validate()``/``test()`` return: per dataloader, its epoch values and those of the epoch-end hooks."""
+        metrics = [m for m in self._stages.get(stage, {}).values() if m.logger and m.epoch_value is not None]
+        return [
+            {
+                m.epoch_key(): _as_float(m.epoch_value)
+                for m in metrics
+                if m.dataloader_idx == idx or m.dataloader_idx is None
+            }
+            for idx in (range(count) if count > 1 else [None])
+        ]
+
     def progress_bar_metrics(self) -> dict[str, float]:
         """The metrics logged with ``prog_bar=True``, as numbers."""
         out: dict[str, float] = {}
