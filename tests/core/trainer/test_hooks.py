@@ -18,6 +18,8 @@ import torchplug
 from tests.core.trainer.models import quiet
 from torchplug.precision.precision import Precision
 from torchplug.strategies.single_device import SingleDeviceStrategy
+from torchplug.trainer.configuration import BehaviourNoteWarning
+from torchplug.utilities.warn import reset_warned
 
 #: Public methods of Module that are its API for the user's code, not hooks the Trainer calls.
 MODULE_API = {
@@ -552,3 +554,20 @@ def test_a_callback_hook_of_lightning_1_is_refused() -> None:
     trainer = torchplug.Trainer(**quiet(max_steps=1, callbacks=[OldCallback()]))
     with pytest.raises(torchplug.MisconfigurationError, match=r"OldCallback\.on_batch_end: a Lightning 1\.x hook"):
         trainer.fit(Small())
+
+
+def test_on_before_backward_gets_the_unscaled_loss_and_the_run_says_so() -> None:
+    seen: list[tuple[float, float]] = []
+
+    class Watches(Plain):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            self.returned = super().training_step(batch, batch_idx)
+            return self.returned
+
+        def on_before_backward(self, loss: torch.Tensor) -> None:
+            seen.append((float(loss.detach()), float(self.returned.detach())))
+
+    reset_warned()
+    with pytest.warns(BehaviourNoteWarning, match=r"on_before_backward \(Watches\) receives the loss before"):
+        torchplug.Trainer(**quiet(max_steps=1, limit_val_batches=0, precision="16-mixed")).fit(Watches())
+    assert seen[0][0] == seen[0][1]

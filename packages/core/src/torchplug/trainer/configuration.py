@@ -12,12 +12,24 @@ from torchplug.core.module import Module
 from torchplug.precision.precision import Precision
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.states import TrainerFn
+from torchplug.utilities.warn import warn_once
 
 if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
     from torchplug.strategies.strategy import Strategy
 
-__all__ = ["apply_deterministic", "verify_hooks", "verify_loop_configuration"]
+__all__ = [
+    "BehaviourNoteWarning",
+    "announce_differences",
+    "apply_deterministic",
+    "verify_hooks",
+    "verify_loop_configuration",
+]
+
+
+class BehaviourNoteWarning(UserWarning):
+    """A hook of this run is called with something Lightning users may not expect (README: "Coming from Lightning")."""
+
 
 #: Hooks of Lightning 1.x that Lightning 2 no longer calls, and what replaces each.
 _REMOVED_MODULE_HOOKS: Final = {
@@ -178,3 +190,22 @@ def _parameters(function: Any) -> Iterable[str]:
         return inspect.signature(function).parameters
     except (TypeError, ValueError):
         return ()
+
+
+def announce_differences(model: Module, callbacks: Iterable[Callback], strategy: Strategy) -> None:
+    """Warn once about what a hook of this ``fit`` receives differently from what Lightning users may expect.
+
+    ``on_before_backward`` gets the loss as ``training_step`` returned it, before a precision that
+    scales the loss (``16-mixed``) scales it.
+    """
+    precision = strategy.precision
+    if precision is None or not is_overridden(precision, "pre_backward", Precision):
+        return
+    owners = [type(model).__name__] if is_overridden(model, "on_before_backward", Module) else []
+    owners += [type(c).__name__ for c in callbacks if is_overridden(c, "on_before_backward", Callback)]
+    if owners:
+        warn_once(
+            f"on_before_backward ({', '.join(owners)}) receives the loss before {type(precision).__name__} scales it "
+            "for the backward (the loss training_step returned). See the README, 'Coming from Lightning'.",
+            BehaviourNoteWarning,
+        )

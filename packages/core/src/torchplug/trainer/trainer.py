@@ -21,7 +21,12 @@ from torchplug.loggers.logger import Logger
 from torchplug.trainer import arguments as check
 from torchplug.trainer.callback_connector import attach_model_callbacks, build_callbacks
 from torchplug.trainer.checkpoint_connector import CheckpointConnector
-from torchplug.trainer.configuration import apply_deterministic, verify_hooks, verify_loop_configuration
+from torchplug.trainer.configuration import (
+    announce_differences,
+    apply_deterministic,
+    verify_hooks,
+    verify_loop_configuration,
+)
 from torchplug.trainer.connector import (
     AcceleratorArg,
     DevicesArg,
@@ -291,6 +296,8 @@ class Trainer(TrainerProperties):
             {"accumulate_grad_batches": self.accumulate_grad_batches, "gradient_clip_val": self.gradient_clip_val},
             fitting=fn is TrainerFn.FITTING,
         )
+        if fn is TrainerFn.FITTING:
+            announce_differences(model, self.callbacks, self.strategy)
         self._hooks.reset()
         self.should_stop = False
         launcher = self.strategy.launcher
