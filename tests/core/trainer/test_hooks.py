@@ -18,13 +18,14 @@ import torchplug
 from tests.core.trainer.models import quiet
 from torchplug.precision.precision import Precision
 from torchplug.strategies.single_device import SingleDeviceStrategy
-from torchplug.trainer.configuration import BehaviourNoteWarning
+from torchplug.trainer.hook_checks import BehaviourNoteWarning
 from torchplug.utilities.warn import reset_warned
 
 #: Public methods of Module that are its API for the user's code, not hooks the Trainer calls.
 MODULE_API = {
     "log", "log_dict", "print", "save_hyperparameters", "load_from_checkpoint", "optimizers", "lr_schedulers",
-    "manual_backward", "clip_gradients", "all_gather",
+    "manual_backward", "clip_gradients", "all_gather", "toggle_optimizer", "untoggle_optimizer", "toggled_optimizer",
+    "freeze", "unfreeze", "to_torchscript", "to_onnx",
 }  # fmt: skip
 #: Hooks tested on their own, and why.
 MODULE_APART = {

@@ -23,6 +23,7 @@ from torchplug.trainer.metrics import BATCH_TRAIN, EPOCH
 from torchplug.trainer.optimization import automatic_step, manual_backward, manual_optimizers, manual_step
 from torchplug.trainer.schedulers import SchedulerStepper
 from torchplug.trainer.states import FitProgress, RunningStage
+from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
 
@@ -52,11 +53,12 @@ def _skip(iterator: Iterator[Any], count: int) -> None:
 def _set_sampler_epoch(loader: Any, epoch: int) -> None:
     """Let DistributedSampler and friends reshuffle per epoch: the loader's sampler and batch sampler, once each."""
     seen: set[int] = set()
-    for sampler in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
-        set_epoch = getattr(sampler, "set_epoch", None)
-        if callable(set_epoch) and id(sampler) not in seen:
-            seen.add(id(sampler))
-            set_epoch(epoch)
+    for each in getattr(loader, "flattened", None) or [loader]:  # a CombinedLoader's loaders, each
+        for sampler in (getattr(each, "sampler", None), getattr(each, "batch_sampler", None)):
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if callable(set_epoch) and id(sampler) not in seen:
+                seen.add(id(sampler))
+                set_epoch(epoch)
 
 
 class FitLoop:
@@ -270,8 +272,10 @@ class FitLoop:
         results.set_stage("train", reset=False)
         results.phase = EPOCH  # on_train_start may log epoch values
         self._hooks.call("on_train_start")
+        profiler = trainer.profiler
+        run_epoch = profiler.wrap("run_training_epoch", self.run_epoch) if profiler.active else self.run_epoch
         while not self.done() and not self._preemption.preempted:
-            self.run_epoch()
+            run_epoch()
         results.phase = None
         self._hooks.call("on_train_end")
 
@@ -289,6 +293,10 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         trainer.state.stage = RunningStage.TRAINING
         resuming = progress.batches_done > 0
+        every = trainer.reload_dataloaders_every_n_epochs
+        if every and not resuming and progress.epoch and progress.epoch % every == 0:
+            self._data.reload_fit()
+            self.setup_validation_schedule()
         assert self._logging.results is not None
         self._logging.results.set_stage("train", reset=False)  # cleared at the end of each epoch
         iterator = self._epoch_iterator()
@@ -320,7 +328,7 @@ class FitLoop:
         else:
             restore_rng_states(progress.epoch_rng)
         _set_sampler_epoch(loader, progress.epoch)
-        iterator: Iterator[Any] = iter(loader)
+        iterator: Iterator[Any] = loader.batches() if isinstance(loader, CombinedLoader) else iter(loader)
         if progress.batches_done:
             _skip(iterator, progress.batches_done)
         if self._resume_rng is not None:
@@ -375,6 +383,10 @@ class FitLoop:
         train_step = automatic_step(trainer, self, hooks) if automatic else manual_step(trainer, self, hooks)
         accumulate = trainer.batches_per_optimizer_step if automatic else 1
         schedulers = self._schedulers
+        profiler = trainer.profiler
+        if profiler.active:  # decided once per epoch: without a profiler nothing is wrapped
+            transfer = profiler.wrap("batch_to_device", transfer)
+            train_step = profiler.wrap("run_training_batch", train_step)
         step_schedulers = automatic and schedulers.has_step_interval
         epoch_schedulers = automatic and schedulers.has_epoch_interval
 
