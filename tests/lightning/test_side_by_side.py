@@ -364,7 +364,7 @@ class TwoOptimizers:
         features = torch.relu(self.body(x))
         loss_a = torch.nn.functional.cross_entropy(self.head_a(features), y)
         first.zero_grad()
-        self.manual_backward(loss_a)
+        self.manual_backward(loss_a, retain_graph=True)
         self.clip_gradients(first, gradient_clip_val=0.5, gradient_clip_algorithm="norm")
         first.step()
         if batch_idx % 2 == 0:

@@ -391,3 +391,25 @@ def test_trainer_cli_subclass_mode(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         TrainerCLI(TinyModel, subclass_mode_model=True, run=False, args=["--model=torchplug.Module"])
     assert exit_info.value.code == 2
+
+
+# -- tuning -------------------------------------------------------------------------------------
+
+
+def test_fit_tune_finds_a_learning_rate_and_a_batch_size_first(core: Core, config: Path, tmp_path: Path) -> None:
+    pytest.importorskip("matplotlib")
+    result = core("fit", "--config", str(config), "--tune", "batch_size,lr", "--trainer.max_epochs=1")
+    assert result.code == 0, result
+
+    lines = [line for line in result.out.splitlines() if line.startswith("tune:")]
+    assert lines[0].startswith("tune: batch size ")
+    assert lines[1].startswith("tune: learning rate ")
+    plot = Path(lines[2].removeprefix("tune: plot "))
+    assert plot.name == "lr_find.png" and plot.read_bytes()[:4] == b"\x89PNG"
+    assert "fit: 1 epoch(s)" in result.out
+
+
+def test_fit_tune_rejects_an_unknown_item(core: Core, config: Path) -> None:
+    result = core("fit", "--config", str(config), "--tune", "momentum")
+    assert result.code == 2
+    assert "--tune=momentum: give 'lr', 'batch_size' or both ('batch_size,lr'); not 'momentum'." in result.err

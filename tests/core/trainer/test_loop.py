@@ -240,6 +240,30 @@ def test_manual_optimization() -> None:
     assert result["val_acc"] > 0.9
 
 
+def test_manual_backward_passes_its_arguments_to_backward() -> None:
+    """``manual_backward(loss, retain_graph=True)`` keeps the graph, so a second backward of it works."""
+
+    class Twice(Classifier):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(self(batch[0]), batch[1])
+            self.manual_backward(loss, retain_graph=True)
+            once = [p.grad.clone() for p in self.parameters()]
+            self.manual_backward(loss)  # the graph is still there: gradients add up
+            for first, p in zip(once, self.parameters()):
+                torch.testing.assert_close(p.grad, 2 * first)
+            optimizer.step()
+            return loss
+
+    trainer, _ = _fit({"max_steps": 2}, model=Twice())
+    assert trainer.global_step == 2
+
+
 def test_two_optimizers_need_manual_optimization() -> None:
     class Two(Classifier):
         def configure_optimizers(self) -> Any:

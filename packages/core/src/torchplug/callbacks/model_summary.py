@@ -43,8 +43,10 @@ class ModelSummary(Callback):
         from torchplug.utilities.model_summary import summarize
 
         example = module.example_input_array
-        if example is not None:
+        if example is None:
+            self.summary = summarize(module, self.max_depth, None)
+        else:  # one forward pass measures the sizes: in the precision's context, as the steps run
             example = example_inputs(module, example, "summary")
-        with trainer.precision_plugin.forward_context():
-            self.summary = summarize(module, self.max_depth, example)
+            with trainer.precision_plugin.forward_context():
+                self.summary = summarize(module, self.max_depth, example)
         print(self.summary)

@@ -329,19 +329,20 @@ class Strategy(ABC):
         with self.precision.forward_context():
             return step(*args, **kwargs)
 
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
         """Compute gradients of ``loss`` through the precision plugin (which may scale it).
 
+        Extra arguments (``retain_graph=True``... from ``manual_backward``) reach ``loss.backward``.
         Where the module overrides its ``backward`` hook, that hook computes the gradients of the
-        (scaled) loss in place of the precision's ``backward``.
+        (scaled) loss in place of the precision's ``backward``, and receives them.
         """
         assert self.precision is not None and self.model is not None
         loss = self.precision.pre_backward(loss, self.model)
         module_backward = self._module_backward
         if module_backward is None:
-            self.precision.backward(loss, self.model, optimizer)
+            self.precision.backward(loss, self.model, optimizer, *args, **kwargs)
         else:
-            module_backward(loss)
+            module_backward(loss, *args, **kwargs)
         self.precision.post_backward(loss, self.model)
 
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:
