@@ -68,6 +68,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resume", help="fit(ckpt_path=PATH)")
     parser.add_argument("--full-state", action="store_true", help="gather the state dict through the strategy")
     parser.add_argument("--precision", default=None, help="Trainer(precision=...)")
+    parser.add_argument("--manual", action="store_true", help="manual optimization (--clip through clip_gradients)")
     return parser.parse_args(argv)
 
 
@@ -119,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         num_sanity_val_steps=0,
         log_every_n_steps=args.log_every,
         accumulate_grad_batches=args.accumulate,
-        gradient_clip_val=args.clip,
+        gradient_clip_val=None if args.manual else args.clip,
         default_root_dir=args.root,
     )
     common.write_json(
@@ -130,15 +131,18 @@ def main(argv: list[str] | None = None) -> None:
             "is_global_zero": trainer.is_global_zero,
         },
     )
-    model = common.Regressor(
-        unused=args.unused,
-        crash_rank=args.crash_rank,
-        crash_step=args.crash_step,
-        crash_how=args.crash_how,
-        stall_rank=args.stall_rank,
-        log_sync=args.log_sync,
-        dropout=args.dropout,
-    )
+    if args.manual:
+        model: common.Regressor = common.ManualRegressor(clip=args.clip, dropout=args.dropout)
+    else:
+        model = common.Regressor(
+            unused=args.unused,
+            crash_rank=args.crash_rank,
+            crash_step=args.crash_step,
+            crash_how=args.crash_how,
+            stall_rank=args.stall_rank,
+            log_sync=args.log_sync,
+            dropout=args.dropout,
+        )
     try:
         trainer.fit(model, common.loader(args.samples, args.batch_size), ckpt_path=args.resume)
     except Exception as exc:

@@ -153,6 +153,8 @@ class ModelCheckpoint(Callback):
             "mode": self.mode,
             "every_n_train_steps": self._every_n_train_steps,
             "every_n_epochs": self._every_n_epochs,
+            # Lightning's key names its time-based trigger too; none is set here, so the keys match.
+            "train_time_interval": getattr(self, "_train_time_interval", None),
         }
         return f"{type(self).__qualname__}{settings!r}"
 

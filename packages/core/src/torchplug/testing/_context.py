@@ -117,9 +117,13 @@ class Subject:
     def load(self) -> Any:
         """The plugin's class (imported on first use; raises the registry's ``BrokenPluginError``).
 
-        Typed ``Any``: the checks read the class attributes of whichever kind it is.
+        Typed ``Any``: the checks read the class attributes of whichever kind it is. An accelerator
+        is seen as its ``runtime_class()`` (the class an instance will have on this machine).
         """
-        return self.entry.load()
+        cls = self.entry.load()
+        if self.kind == "accelerator":
+            return cls.runtime_class()
+        return cls
 
     def create(self) -> Any:
         """A new instance, with the registered init params."""
