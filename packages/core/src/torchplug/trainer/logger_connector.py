@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from torchplug._errors import MisconfigurationError
 from torchplug.loggers.logger import Logger
 from torchplug.trainer.metrics import MetricStore
 
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
 
-__all__ = ["LoggerConnector", "build_loggers"]
+__all__ = ["LoggerConnector"]
 
 
 class LoggerConnector:
@@ -113,7 +112,13 @@ class LoggerConnector:
             logger.save()
 
     def finalize(self, status: str) -> None:
-        """Tell every logger the run ended (``"success"``, ``"failed"`` or ``"interrupted"``)."""
+        """Tell every logger the run ended (``"success"``, ``"failed"`` or ``"interrupted"``).
+
+        After a successful run, pending checkpoint writes are completed first, so that a logger that
+        uploads checkpoints at the end (``log_model=True``) finds every file.
+        """
+        if status == "success" and self.loggers:
+            self._trainer.strategy.checkpoint_io.flush()
         for logger in self.loggers:
             logger.finalize(status)
 
@@ -149,22 +154,3 @@ class LoggerConnector:
         if self.results is not None:
             self._logged.update(self.results.logged_metrics())
         return self._logged
-
-
-def build_loggers(logger: Any, root_dir: str) -> list[Logger]:
-    """The loggers of ``Trainer(logger=...)``: True or None gives a CSVLogger under ``root_dir``; False none.
-
-    Raises:
-        MisconfigurationError: An item that is not a Logger.
-    """
-    if logger is None or logger is True:
-        from torchplug.loggers.csv_logs import CSVLogger
-
-        return [CSVLogger(root_dir)]
-    if logger is False:
-        return []
-    loggers = [logger] if isinstance(logger, Logger) else list(logger)
-    for item in loggers:
-        if not isinstance(item, Logger):
-            raise MisconfigurationError(f"logger= holds {item!r}, which is not a torchplug Logger.")
-    return loggers

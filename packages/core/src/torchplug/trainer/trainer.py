@@ -45,7 +45,8 @@ from torchplug.trainer.evaluation_loop import EvaluationLoop, PredictionLoop
 from torchplug.trainer.fit_loop import FitLoop
 from torchplug.trainer.hook_checks import announce_differences, verify_hooks
 from torchplug.trainer.hooks import HookRunner, is_overridden
-from torchplug.trainer.logger_connector import LoggerConnector, build_loggers
+from torchplug.trainer.logger_choice import LoggerArg, build_loggers
+from torchplug.trainer.logger_connector import LoggerConnector
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
@@ -78,7 +79,9 @@ class Trainer(TrainerProperties):
         precision: ``"32-true"`` (default), ``"bf16-mixed"``, ``"16-mixed"``, ``"64-true"``, ``"16-true"``,
             ``"bf16-true"`` (or 64/32/16/"bf16"), any installed name, or a Precision instance.
         plugins: Precision, CheckpointIO and ClusterEnvironment instances or names (``["slurm", "async"]``).
-        logger: True (a CSVLogger under ``default_root_dir``), False, a Logger, or a list of them.
+        logger: True or None (the default logger under ``default_root_dir``: TensorBoard when tensorboard
+            is installed, else CSV), False (none), a registry name (``"csv"``, ``"tensorboard"``,
+            ``"mlflow"``...: ``core plugins list --kind logger``), a Logger, or a list of names and Loggers.
         callbacks: Callbacks to add to the defaults (checkpointing and the progress bar).
         fast_dev_run: Run 1 (or n) batches of everything, without logging or checkpoints, to find bugs fast.
         max_epochs: Stop after this many epochs (default 1000 when neither it nor ``max_steps`` is set;
@@ -133,7 +136,7 @@ class Trainer(TrainerProperties):
         num_nodes: int = 1,
         precision: PrecisionArg = None,
         plugins: PluginsArg = None,
-        logger: bool | Logger | Iterable[Logger] | None = None,
+        logger: LoggerArg = None,
         callbacks: Callback | Iterable[Callback] | None = None,
         fast_dev_run: bool | int = False,
         max_epochs: int | None = None,
@@ -228,7 +231,7 @@ class Trainer(TrainerProperties):
         self.strategy: Strategy = self._resolution.strategy
         self.callbacks: list[Callback] = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
         self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary is not False, max_time)
-        self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir)
+        self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir, plugin_host)
         self.state = TrainerState()
         self.should_stop = False
         self.module: Module = None  # type: ignore[assignment]  # set by fit/validate/test/predict
