@@ -76,11 +76,3 @@ def test_needs_a_logger(make_trainer, tiny_model, data):
 def test_invalid_interval():
     with pytest.raises(MisconfigurationError, match="logging_interval='batch'"):
         LearningRateMonitor(logging_interval="batch")
-
-
-def test_lrs_holds_every_value_logged(tmp_path, make_trainer, tiny_model, data):
-    monitor = LearningRateMonitor(logging_interval="epoch", log_momentum=True)
-    make_trainer(max_epochs=3, logger=CSVLogger(tmp_path), callbacks=[monitor]).fit(
-        tiny_model(lr=0.1, scheduler="step_lr"), data()
-    )
-    assert monitor.lrs == {"lr-SGD": [0.1, 0.05, 0.025]}  # momentum is logged, but lrs holds learning rates only

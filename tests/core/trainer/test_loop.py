@@ -153,7 +153,7 @@ def test_on_step_and_on_epoch_give_two_keys(tmp_path: Any) -> None:
     ("value", "error", "message"),
     [
         (torch.ones(3), ValueError, "needs one number, got a tensor of shape (3,)"),
-        ("high", TypeError, "needs a number or a one-element tensor, got str"),
+        ("high", TypeError, "needs a number, a one-element tensor or a torchmetrics Metric, got str"),
     ],
 )
 def test_log_rejects_values_it_cannot_record(value: Any, error: type[Exception], message: str) -> None:

@@ -50,6 +50,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-sync", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --root")
+    parser.add_argument("--logger", action="append", default=[], help="a logger by registry name (repeatable)")
     parser.add_argument("--checkpoint", action="store_true", help="a ModelCheckpoint saving every step")
     parser.add_argument(
         "--default-ckpt-dir",
@@ -99,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         from torchplug.loggers.csv_logs import CSVLogger
 
         logger = CSVLogger(args.root)
+    if args.logger:
+        logger = [*([logger] if logger is not False else []), *args.logger]
     plugins = [common.CountingCheckpointIO(args.count_writes)] if args.count_writes else None
     devices = int(args.devices) if args.devices.isdigit() else args.devices
     trainer = torchplug.Trainer(

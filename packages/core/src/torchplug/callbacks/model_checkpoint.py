@@ -422,6 +422,9 @@ class ModelCheckpoint(Callback):
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = path
+        if trainer.is_global_zero:  # trackers that keep checkpoints as artifacts (MLflow, W&B log_model)
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(self)
 
     def _remove(self, trainer: Trainer, path: str) -> None:
         """Delete an old checkpoint of ours, once every pending write is complete (async IO)."""

@@ -70,6 +70,7 @@ _NAMED: Final[dict[str, tuple[str, ...]]] = {
     "strategy": ("strategy",),
     "precision": ("precision",),
     "plugins": ("precision", "checkpoint_io", "cluster_environment"),
+    "logger": ("logger",),
 }
 
 #: Classes imported up front so that their short names work: ``--trainer.callbacks+=EarlyStopping``.

@@ -63,6 +63,9 @@ class DataModule:
         """Change a batch on the device, after the transfer (this override wins over the module's)."""
         return batch
 
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when a run fails (or is interrupted), after the callbacks' ``on_exception``."""
+
     def state_dict(self) -> dict[str, Any]:
         """State to keep in checkpoints (plain data)."""
         return {}

@@ -6,6 +6,7 @@ import contextlib
 import copy
 import inspect
 import os
+import sys
 import warnings
 from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -19,6 +20,11 @@ if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["Module"]
+
+
+def _is_metric_collection(value: Any) -> bool:
+    torchmetrics = sys.modules.get("torchmetrics")
+    return torchmetrics is not None and isinstance(value, torchmetrics.MetricCollection)
 
 
 class Module(torch.nn.Module):
@@ -65,6 +71,8 @@ class Module(torch.nn.Module):
         self._results: MetricStore | None = None
         #: The optimizers ``optimizers()`` returns in manual optimization, handed over by the Trainer.
         self._step_optimizers: list[Any] = []
+        #: ``manual_backward`` with the backward hooks around it, handed over by the Trainer (None: no hooks).
+        self._manual_backward: Callable[..., None] | None = None
         self._hparams = AttributeDict()
         self._log_warned = False
         #: Set to False to step the optimizers yourself in ``training_step`` (see :meth:`manual_backward`).
@@ -167,6 +175,11 @@ class Module(torch.nn.Module):
         """The Trainer's first logger, or None."""
         return self._trainer.logger if self._trainer is not None else None
 
+    @property
+    def loggers(self) -> list[Any]:
+        """The Trainer's loggers (empty without a Trainer or with ``logger=False``)."""
+        return self._trainer.loggers if self._trainer is not None else []
+
     # -- logging ----------------------------------------------------------------------------------
 
     def log(
@@ -174,27 +187,46 @@ class Module(torch.nn.Module):
         name: str,
         value: Any,
         prog_bar: bool = False,
-        logger: bool = True,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
-        reduce_fx: str = "mean",
+        reduce_fx: str | Callable[..., Any] = "mean",
+        enable_graph: bool = False,
         sync_dist: bool = False,
+        sync_dist_group: Any | None = None,
+        add_dataloader_idx: bool = True,
         batch_size: int | None = None,
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
     ) -> None:
         """Record a metric: for the loggers, the progress bar, and callbacks such as ModelCheckpoint.
 
+        Call it from the training, validation and test steps and the hooks around them.
+
         Args:
             name: The metric's name (``"val_acc"``).
-            value: A number or a one-element tensor.
+            value: A number, a one-element tensor, or a torchmetrics ``Metric`` (an attribute of this
+                module): its step value is what its last ``forward`` returned, its epoch value
+                ``compute()`` (synchronised over the processes by torchmetrics), and it is
+                ``reset()`` at the end of each epoch or evaluation run.
             prog_bar: Show it in the progress bar.
-            logger: Send it to the loggers.
-            on_step: Record the value of every step. Default: True in ``training_step``, else False.
-            on_epoch: Record the epoch's aggregate. Default: False in ``training_step``, else True.
+            logger: Send it to the loggers (None: True).
+            on_step: Record the value of every step. Default: True in training batches, else False.
+            on_epoch: Record the epoch's aggregate. Default: False in training batches, else True.
                 With both, the loggers get ``name_step`` and ``name_epoch``.
             reduce_fx: How the epoch aggregate is formed: ``"mean"`` (weighted by batch size),
-                ``"sum"``, ``"max"`` or ``"min"``.
+                ``"sum"``, ``"max"`` or ``"min"``, or ``torch.mean``, ``torch.sum``, ``torch.max``,
+                ``torch.min``.
+            enable_graph: Keep the value attached to the autograd graph (default: detached).
             sync_dist: Reduce the value over all processes (per step, or at epoch end for the aggregate).
+            sync_dist_group: The process group to reduce over (default: all processes).
+            add_dataloader_idx: With several validation or test dataloaders, append
+                ``/dataloader_idx_N`` to the name (False: give each dataloader its own names).
             batch_size: The weight of this value in the epoch mean; inferred from the batch when None.
+            metric_attribute: The name of the attribute holding a logged torchmetrics ``Metric``
+                (found by itself when the Metric is a direct or nested attribute).
+            rank_zero_only: The value is logged from global rank 0 only: it is never synchronised
+                (``sync_dist`` is ignored), and other ranks cannot monitor it.
         """
         results = self._results
         if results is None:
@@ -205,11 +237,19 @@ class Module(torch.nn.Module):
                     stacklevel=2,
                 )
             return
-        results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
+        results.log(
+            name, value, prog_bar, logger is not False, on_step, on_epoch, reduce_fx, enable_graph,
+            sync_dist, sync_dist_group, add_dataloader_idx, batch_size, metric_attribute, rank_zero_only,
+        )  # fmt: skip
 
     def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
-        """Call :meth:`log` for each item of ``metrics`` with the same options."""
-        for name, value in metrics.items():
+        """Call :meth:`log` for each item of ``metrics`` with the same options.
+
+        ``metrics`` may be a dict or a torchmetrics ``MetricCollection`` (each of its metrics is
+        logged under its name in the collection).
+        """
+        items = metrics.items(keep_base=False, copy_state=False) if _is_metric_collection(metrics) else metrics.items()  # type: ignore[call-arg]  # MetricCollection.items takes them
+        for name, value in items:
             self.log(name, value, **kwargs)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -332,9 +372,15 @@ class Module(torch.nn.Module):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backward for manual optimization: goes through the precision plugin (loss scaling) and strategy.
 
-        Extra arguments (``retain_graph=True``...) reach ``loss.backward``.
+        Extra arguments (``retain_graph=True``...) reach ``loss.backward``. ``on_before_backward``
+        and ``on_after_backward`` run around it, and an overridden :meth:`backward` computes the
+        gradients, as in automatic optimization.
         """
-        self.trainer.strategy.backward(loss, None, *args, **kwargs)
+        backward = self._manual_backward
+        if backward is not None:
+            backward(loss, *args, **kwargs)
+        else:
+            self.trainer.strategy.backward(loss, None, *args, **kwargs)
 
     def clip_gradients(
         self,
@@ -438,12 +484,24 @@ class Module(torch.nn.Module):
 
         return _export.to_onnx(self, file_path, input_sample, **kwargs)
 
-    def all_gather(self, data: Any, sync_grads: bool = False) -> Any:
-        """Gather tensors in ``data`` from every process: each gains a leading dimension of world size."""
-        from torchplug.utilities.apply import apply_to_tensors
+    def all_gather(self, data: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
+        """Gather ``data`` (a tensor, a number, or a collection of them) from every process.
 
+        Each tensor gains a leading dimension of size world size; on one process it keeps its
+        shape. Numbers become tensors on :attr:`device`.
+
+        Args:
+            data: What to gather.
+            group: The process group to gather over (default: all processes).
+            sync_grads: Let gradients flow back through the gather.
+        """
+        from torchplug.utilities.apply import apply_to_tensors, numbers_to_tensors
+
+        data = numbers_to_tensors(data, self.device)
         strategy = self.trainer.strategy
-        return apply_to_tensors(data, lambda t: strategy.all_gather(t, sync_grads=sync_grads))
+        if strategy.world_size == 1:
+            return data
+        return apply_to_tensors(data, lambda t: strategy.all_gather(t, group=group, sync_grads=sync_grads))
 
     # -- hooks: override any of them --------------------------------------------------------------
 
@@ -635,6 +693,9 @@ class Module(torch.nn.Module):
         Called in every process at the start of each run, inside the strategy's and precision's
         init contexts; make it idempotent (it runs again for each ``fit``/``validate``...).
         """
+
+    def configure_sharded_model(self) -> None:
+        """The older name of :meth:`configure_model`: an override runs as ``configure_model``, with a warning."""
 
     # -- data hooks ------------------------------------------------------------------------------
 

@@ -308,9 +308,8 @@ class DataConnector:
         self.val_loaders: list[Any] = []
         self.num_val_batches: list[float] = []
         self.eval_batches: dict[TrainerFn, list[float]] = {}
-        #: Whether fit's dataloaders came from the hooks (DataModule or module), not from fit's arguments.
-        self.fit_loaders_from_hooks = False
         self._fit_given: tuple[Any, Any] = (None, None)
+        self._train_ready = self._val_ready = True  # nothing pending before the first fit
 
     def prepare_data(self) -> None:
         """Run ``prepare_data`` of the DataModule and the module on each node's local rank 0, then wait for it."""
@@ -357,33 +356,84 @@ class DataConnector:
         return sequential(loader, "train_dataloaders") if overfit else loader
 
     def reload_fit(self) -> None:
-        """Ask the DataModule (or module) for new fit dataloaders (``reload_dataloaders_every_n_epochs``)."""
+        """Ask the DataModule (or module) for new fit dataloaders now (``reload_dataloaders_every_n_epochs``)."""
         self.setup_fit(*self._fit_given)
+        self.setup_train()
+        self.setup_val()
 
     def setup_fit(self, train: Any, val: Any) -> None:
-        """The training loader and, when the module can validate, the validation loaders, with their batch counts."""
-        trainer = self._trainer
-        self.fit_loaders_from_hooks = train is None and val is None
-        self._fit_given = (train, val)
-        train = train if train is not None else self.source("train_dataloader")
-        if train is None:
+        """Note where ``fit``'s data comes from; the loaders are requested later, when the loop needs them.
+
+        As in Lightning, ``val_dataloader()`` is called by the sanity check, ``train_dataloader()``
+        when training starts (then ``val_dataloader()`` if there was no sanity check), or earlier
+        when ``trainer.estimated_stepping_batches`` is read (in ``configure_optimizers``, say).
+
+        Raises:
+            MisconfigurationError: There is no training data anywhere.
+        """
+        if train is None and not self.defines("train_dataloader"):
             raise MisconfigurationError(
                 "fit() needs training data: pass train_dataloaders=..., a DataModule with "
                 "train_dataloader(), or define train_dataloader() on the model."
             )
+        self._fit_given = (train, val)
+        self._train_ready = self._val_ready = False
+        self.train_loader, self.num_training_batches = None, math.inf
+        self.val_loaders, self.num_val_batches = [], []
+
+    @property
+    def fit_loaders_from_hooks(self) -> bool:
+        """Whether fit's dataloaders come from the hooks (DataModule or module), not from fit's arguments."""
+        return self._fit_given[0] is None and self._fit_given[1] is None
+
+    def defines(self, hook: str) -> bool:
+        """Whether the DataModule or the module defines ``hook`` (``"train_dataloader"``...), without calling it."""
+        trainer = self._trainer
+        return any(
+            owner is not None and is_overridden(owner, hook, base)
+            for owner, base in ((trainer.datamodule, DataModule), (trainer.module, Module))
+        )
+
+    @property
+    def validation_possible(self) -> bool:
+        """Whether ``fit`` may validate: ``validation_step``, validation data, and ``limit_val_batches`` above 0.
+
+        Decided without requesting the validation loaders.
+        """
+        trainer = self._trainer
+        if not is_overridden(trainer.module, "validation_step", Module) or trainer.limit_val_batches == 0:
+            return False
+        return self._fit_given[1] is not None or self.defines("val_dataloader")
+
+    def setup_train(self) -> None:
+        """Request and prepare the training loader, once per ``fit``."""
+        if self._train_ready:
+            return
+        self._train_ready = True
+        train = self._fit_given[0]
+        train = train if train is not None else self.source("train_dataloader")
+        if train is None:
+            raise MisconfigurationError("train_dataloader() returned None: fit() needs training data.")
         self.train_loader = self._train_loader(train)
         self.num_training_batches = limit_batches(
-            num_batches(self.train_loader), trainer.limit_train_batches, "limit_train_batches"
+            num_batches(self.train_loader), self._trainer.limit_train_batches, "limit_train_batches"
         )
-        self.val_loaders, self.num_val_batches = [], []
-        if not is_overridden(trainer.module, "validation_step", Module) or trainer.limit_val_batches == 0:
+
+    def setup_val(self) -> None:
+        """Request and prepare ``fit``'s validation loaders, once per ``fit`` (none when it cannot validate)."""
+        if self._val_ready:
+            return
+        self._val_ready = True
+        if not self.validation_possible:
             return  # no validation: its dataloader is not even requested
+        val = self._fit_given[1]
         loaders = as_list(val if val is not None else self.source("val_dataloader"))
         self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
-        if trainer.overfit_batches:
+        if self._trainer.overfit_batches:
             self.val_loaders = [sequential(v, "val_dataloaders") for v in self.val_loaders]
         self.num_val_batches = [
-            limit_batches(num_batches(v), trainer.limit_val_batches, "limit_val_batches") for v in self.val_loaders
+            limit_batches(num_batches(v), self._trainer.limit_val_batches, "limit_val_batches")
+            for v in self.val_loaders
         ]
 
     def setup_evaluation(self, fn: TrainerFn, dataloaders: Any) -> tuple[list[Any], list[float]]:

@@ -244,7 +244,12 @@ class TrainerProperties:
 
     @property
     def estimated_stepping_batches(self) -> float:
-        """Optimizer steps the whole fit will take (for schedulers such as OneCycleLR)."""
+        """Optimizer steps the whole fit will take (for schedulers such as OneCycleLR).
+
+        Read during ``fit`` (in ``configure_optimizers``, say), it requests the training loader
+        early to count its batches.
+        """
+        self._data.setup_train()
         per_epoch = self.num_training_batches / self.batches_per_optimizer_step
         per_epoch = math.ceil(per_epoch) if not math.isinf(per_epoch) else per_epoch
         total = per_epoch * self.max_epochs if self.max_epochs not in (None, -1) else math.inf

@@ -43,8 +43,10 @@ from torchplug.trainer.connector import (
 from torchplug.trainer.data import DataConnector
 from torchplug.trainer.evaluation_loop import EvaluationLoop, PredictionLoop
 from torchplug.trainer.fit_loop import FitLoop
+from torchplug.trainer.hook_checks import announce_differences, verify_hooks
 from torchplug.trainer.hooks import HookRunner, is_overridden
-from torchplug.trainer.logger_connector import LoggerConnector, build_loggers
+from torchplug.trainer.logger_choice import LoggerArg, build_loggers
+from torchplug.trainer.logger_connector import LoggerConnector
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
@@ -77,7 +79,9 @@ class Trainer(TrainerProperties):
         precision: ``"32-true"`` (default), ``"bf16-mixed"``, ``"16-mixed"``, ``"64-true"``, ``"16-true"``,
             ``"bf16-true"`` (or 64/32/16/"bf16"), any installed name, or a Precision instance.
         plugins: Precision, CheckpointIO and ClusterEnvironment instances or names (``["slurm", "async"]``).
-        logger: True (a CSVLogger under ``default_root_dir``), False, a Logger, or a list of them.
+        logger: True or None (the default logger under ``default_root_dir``: TensorBoard when tensorboard
+            is installed, else CSV), False (none), a registry name (``"csv"``, ``"tensorboard"``,
+            ``"mlflow"``...: ``core plugins list --kind logger``), a Logger, or a list of names and Loggers.
         callbacks: Callbacks to add to the defaults (checkpointing and the progress bar).
         fast_dev_run: Run 1 (or n) batches of everything, without logging or checkpoints, to find bugs fast.
         max_epochs: Stop after this many epochs (default 1000 when neither it nor ``max_steps`` is set;
@@ -132,7 +136,7 @@ class Trainer(TrainerProperties):
         num_nodes: int = 1,
         precision: PrecisionArg = None,
         plugins: PluginsArg = None,
-        logger: bool | Logger | Iterable[Logger] | None = None,
+        logger: LoggerArg = None,
         callbacks: Callback | Iterable[Callback] | None = None,
         fast_dev_run: bool | int = False,
         max_epochs: int | None = None,
@@ -227,7 +231,7 @@ class Trainer(TrainerProperties):
         self.strategy: Strategy = self._resolution.strategy
         self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
         self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary is not False, max_time)
-        self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir)
+        self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir, plugin_host)
         self.state = TrainerState()
         self.should_stop = False
         self.module: Module = None  # type: ignore[assignment]  # set by fit/validate/test/predict
@@ -371,6 +375,15 @@ class Trainer(TrainerProperties):
         if datamodule is not None:
             datamodule.trainer = self
         self.callbacks = attach_model_callbacks(self.callbacks, model)
+        verify_hooks(
+            model,
+            self.callbacks,
+            self.strategy,
+            {"accumulate_grad_batches": self.accumulate_grad_batches, "gradient_clip_val": self.gradient_clip_val},
+            fitting=fn is TrainerFn.FITTING,
+        )
+        if fn is TrainerFn.FITTING:
+            announce_differences(model, self.callbacks, self.strategy)
         self._hooks.reset()
         self.should_stop = False
         launcher = self.strategy.launcher
@@ -398,6 +411,11 @@ class Trainer(TrainerProperties):
                 callback.on_exception(self, self.module, exc)
             except Exception as hook_error:  # the run's own error matters more; the hook's is reported
                 rank_zero_warn(f"{type(callback).__name__}.on_exception raised {hook_error!r}")
+        if self.datamodule is not None:
+            try:
+                self.datamodule.on_exception(exc)
+            except Exception as hook_error:
+                rank_zero_warn(f"{type(self.datamodule).__name__}.on_exception raised {hook_error!r}")
         self.strategy.on_exception(exc)
         self._logging.finalize("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
 
@@ -419,9 +437,10 @@ class Trainer(TrainerProperties):
         if self.datamodule is not None:
             self.datamodule.setup(stage)
         self._hooks.call("setup", stage)
-        if is_overridden(self.module, "configure_model", Module):
+        configure = _configure_model_hook(self.module)
+        if configure is not None:
             with strategy.tensor_init_context(), strategy.model_sharded_context():
-                self.module.configure_model()
+                configure()
         if self.sync_batchnorm:
             convert_sync_batchnorm(self.module)
 
@@ -435,13 +454,13 @@ class Trainer(TrainerProperties):
             self.strategy.teardown()
             self.module._results = None
             self.module._step_optimizers = []
+            self.module._manual_backward = None
             self.profiler.describe()
 
     def _fit_impl(self, train_dataloaders: Any, val_dataloaders: Any, ckpt_path: str | None) -> None:
         self._setup("fit")
         try:
             self._data.setup_fit(train_dataloaders, val_dataloaders)
-            self.fit_loop.setup_validation_schedule()
             self.strategy.setup(functools.partial(configure_optimizers, self))
             checkpoint = self._checkpoints.load_for_fit(ckpt_path)
             if checkpoint is not None:
@@ -452,6 +471,7 @@ class Trainer(TrainerProperties):
             if checkpoint is not None:
                 self._checkpoints.restore_training_state(checkpoint)
             self._preemption.start()
+            self.module.zero_grad()  # gradients left from before the run are not this run's
             with _anomaly_detection(self.detect_anomaly):
                 self.fit_loop.sanity_check()
                 self.fit_loop.run()
@@ -474,6 +494,7 @@ class Trainer(TrainerProperties):
             loaders, limits = self._data.setup_evaluation(fn, dataloaders)
             self.strategy.setup(None)
             self._checkpoints.restore_for_evaluation(ckpt_path, fn.value)
+            self.module.zero_grad()
             if fn is TrainerFn.PREDICTING:
                 predictions = self.predict_loop.run(loaders, limits, keep)
                 return (predictions[0] if len(predictions) == 1 else predictions) if keep else None
@@ -488,6 +509,20 @@ class Trainer(TrainerProperties):
             raise
         finally:
             self._teardown(fn.value)
+
+
+def _configure_model_hook(module: Module) -> Callable[[], None] | None:
+    """The module's ``configure_model``, or its older name ``configure_sharded_model`` (with a deprecation warning)."""
+    if is_overridden(module, "configure_model", Module):
+        return module.configure_model
+    if is_overridden(module, "configure_sharded_model", Module):
+        rank_zero_warn(
+            f"{type(module).__name__} overrides configure_sharded_model, the older name of configure_model; it runs "
+            "as configure_model. Hint: rename it to configure_model.",
+            category=DeprecationWarning,
+        )
+        return module.configure_sharded_model
+    return None
 
 
 def _unwrap_compiled(model: Any) -> Any:
