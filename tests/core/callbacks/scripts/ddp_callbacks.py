@@ -203,7 +203,10 @@ def main() -> None:
         record["timer_train"] = callbacks[0].time_elapsed("train")
         loader = common.loader(30, 4, shuffle=False)
         trainer.predict(model, loader, return_predictions=False)
-    torch.save(record, out / f"rank{trainer.global_rank}.pt")
+    # Atomically: in the scenarios that fail on purpose the launcher may stop rank 1 while it writes.
+    partial = out / f".rank{trainer.global_rank}.pt.partial"
+    torch.save(record, partial)
+    os.replace(partial, out / f"rank{trainer.global_rank}.pt")
     if "error" in record and trainer.global_rank == 0 and os.environ.get("REPORT_ERRORS"):
         print(record["error"])
 
