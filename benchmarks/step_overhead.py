@@ -13,7 +13,7 @@ What is measured:
         with stdout and stderr redirected to /dev/null (file descriptors 1 and 2), as in the
         reference. Our progress bar stays quiet when its stream is not a terminal, so in C it draws
         nothing;
-    C'  as C, with the bar drawn anyway (``ProgressBar(force=True)``), into /dev/null: this is what
+    C'  as C, with the bar drawn anyway (``TQDMProgressBar(force=True)``), into /dev/null: this is what
         Lightning's C pays for its bar;
     D   as C, plus ``self.log("train_loss", loss, prog_bar=True)`` in every training_step;
     D'  as D, with the bar forced as in C' (the like-for-like of Lightning's D).
@@ -232,9 +232,9 @@ def lean_args() -> dict[str, Any]:
 
 
 def forced_bar() -> Any:
-    from torchplug.callbacks.progress import ProgressBar
+    from torchplug.callbacks.tqdm_progress import TQDMProgressBar
 
-    return ProgressBar(force=True)
+    return TQDMProgressBar(force=True)
 
 
 def run_raw(loader: DataLoader[Any]) -> Run:
@@ -382,7 +382,7 @@ def available_variants(requested: list[str]) -> tuple[list[str], list[str]]:
     """The requested variants that can run here, and a note for each one left out."""
     has = {
         name: importlib.util.find_spec(f"torchplug.callbacks.{name}") is not None
-        for name in ("model_checkpoint", "progress")
+        for name in ("model_checkpoint", "tqdm_progress")
     }
     has_lightning = importlib.util.find_spec("lightning") is not None
     run, notes = [], []

@@ -173,6 +173,13 @@ def test_setup_device_refuses_another_device_type() -> None:
         CUDAAccelerator().setup_device(torch.device("cpu"))
 
 
+def test_synchronize_waits_for_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    waited: list[object] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    CUDAAccelerator().synchronize(torch.device("cuda", 1))
+    assert waited == [torch.device("cuda", 1)]
+
+
 def test_teardown_empties_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))

@@ -90,6 +90,11 @@ class CUDAAccelerator(Accelerator):
         torch.cuda.empty_cache()
 
     @override
+    def synchronize(self, device: torch.device) -> None:
+        """Wait for the kernels queued on ``device`` (``torch.cuda.synchronize``), so that timings include them."""
+        torch.cuda.synchronize(device)
+
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Memory of ``device`` in bytes (allocated, reserved, peaks, free, total) and utilisation when NVML has it."""
         return cuda_device_stats(device)

@@ -158,6 +158,14 @@ class Accelerator(ABC):
         """Device statistics for monitoring (memory in bytes, utilisation...). Default: none."""
         return {}
 
+    def synchronize(self, device: torch.device) -> None:
+        """Wait until the work queued on ``device`` has finished, so that a timing includes it.
+
+        Asked by timing callbacks (``ThroughputMonitor``) before they read the clock. Default:
+        nothing to wait for, as on the CPU, which computes synchronously; an accelerator whose
+        kernels run asynchronously overrides it.
+        """
+
     def get_rng_state(self) -> Any:
         """The device's own random generator states, saved in checkpoints for exact resumes.
 

@@ -297,6 +297,11 @@ class TorchDeviceAccelerator(Accelerator):
                 continue
         return stats
 
+    @override
+    def synchronize(self, device: torch.device) -> None:
+        """``torch.accelerator.synchronize``: wait for the device's queued kernels."""
+        torch.accelerator.synchronize(device)
+
     # -- random state -------------------------------------------------------------------------
 
     @override

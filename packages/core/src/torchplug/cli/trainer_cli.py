@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import difflib
 import importlib
+import importlib.util
 import inspect
 import os
 import re
@@ -78,9 +79,30 @@ _SHORT_NAMES: Final = (
     "torchplug.callbacks.early_stopping",
     "torchplug.callbacks.lr_monitor",
     "torchplug.callbacks.progress",
+    "torchplug.callbacks.tqdm_progress",
+    "torchplug.callbacks.rich_progress",
+    "torchplug.callbacks.model_summary",
+    "torchplug.callbacks.rich_model_summary",
+    "torchplug.callbacks.gradient_accumulation_scheduler",
+    "torchplug.callbacks.stochastic_weight_avg",
+    "torchplug.callbacks.weight_averaging",
+    "torchplug.callbacks.timer",
+    "torchplug.callbacks.lambda_function",
+    "torchplug.callbacks.prediction_writer",
+    "torchplug.callbacks.finetuning",
+    "torchplug.callbacks.on_exception_checkpoint",
+    "torchplug.callbacks.device_stats_monitor",
+    "torchplug.callbacks.throughput_monitor",
+    "torchplug.callbacks.pruning",
+    "torchplug.callbacks.spike",
+    "torchplug.callbacks.lr_finder",
+    "torchplug.callbacks.batch_size_finder",
     "torchplug.loggers.csv_logs",
     "torchplug.loggers.tensorboard",
 )
+
+#: What ``core fit --tune`` can tune.
+_TUNE_CHOICES: Final = ("lr", "batch_size")
 
 #: ``name=`` in a Trainer error message: the argument it is about.
 _ARGUMENT: Final = re.compile(r"\b([a-z_]+)=")
@@ -289,6 +311,15 @@ class TrainerCLI:
                 action="store_true",
                 help="print how the hardware arguments resolve (trainer.describe()) and exit",
             )
+        if name == "fit":
+            parser.add_argument(
+                "--tune",
+                type=str | None,
+                default=None,
+                help="before fitting, tune with torchplug.tuner.Tuner: 'lr' (learning-rate finder; the suggestion goes "
+                "to the model's lr, the plot to <log_dir>/lr_find.png), 'batch_size' (largest batch size that fits), "
+                "or 'batch_size,lr'",
+            )
         self.add_arguments_to_parser(parser)
         return parser
 
@@ -360,6 +391,14 @@ class TrainerCLI:
                 config.model = None
             if self.subclass_mode_data:
                 config.data = None
+        tune = config.get("tune")
+        if tune is not None:
+            unknown = [item for item in _tune_items(tune) if item not in _TUNE_CHOICES]
+            if unknown or not _tune_items(tune):
+                self._error(
+                    f"--tune={tune}: give 'lr', 'batch_size' or both ('batch_size,lr'); "
+                    f"not {', '.join(map(repr, unknown)) or 'nothing'}."
+                )
         for arg, kinds in _NAMED.items():
             value = config.get(f"trainer.{arg}")
             for item in value if isinstance(value, list) else [value]:
@@ -431,6 +470,8 @@ class TrainerCLI:
         method = getattr(self.trainer, str(self.subcommand))
         start = time.perf_counter()
         try:
+            if config.get("tune"):
+                self._tune(_tune_items(config.tune))
             result = method(self.model, datamodule=self.datamodule, ckpt_path=config.get("ckpt_path"))
         except MisconfigurationError as exc:  # arguments that do not fit together, found while running
             self._error(_with_option(str(exc)))
@@ -438,6 +479,35 @@ class TrainerCLI:
             _print_fit_summary(self.trainer, time.perf_counter() - start)
         elif self.subcommand == "predict":
             _print_predictions(result)
+
+    def _tune(self, items: list[str]) -> None:
+        """``--tune``: the batch size first (the learning rate depends on it), then the learning rate."""
+        from torchplug.tuner import Tuner
+
+        assert self.model is not None
+        tuner = Tuner(self.trainer)
+        rank_zero = self.trainer.is_global_zero
+        if "batch_size" in items:
+            size = tuner.scale_batch_size(self.model, datamodule=self.datamodule)
+            if rank_zero:
+                print(f"tune: batch size {size}")
+        if "lr" in items:
+            finder = tuner.lr_find(self.model, datamodule=self.datamodule)
+            if finder is None or not rank_zero:
+                return
+            lr, steps = finder.suggestion(), len(finder.results["lr"])
+            if lr is None:
+                print(f"tune: no learning rate suggested after {steps} steps (too few; the model keeps its own)")
+                return
+            print(f"tune: learning rate {lr} (suggested after {steps} steps)")
+            if importlib.util.find_spec("matplotlib") is None:
+                print("tune: no plot (matplotlib is not installed; pip install 'core[matplotlib]')")
+            else:
+                print(f"tune: plot {finder.save_plot(os.path.join(self.trainer.log_dir, 'lr_find.png'))}")
+
+
+def _tune_items(value: str) -> list[str]:
+    return [item.strip() for item in str(value).split(",") if item.strip()]
 
 
 def _check_save_config_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:

@@ -84,6 +84,21 @@ class Module(torch.nn.Module):
         self._hparams_initial = AttributeDict()
         self._param_requires_grad_state: dict[torch.nn.Parameter, bool] = {}
 
+    def __deepcopy__(self, memo: dict[int, Any]) -> Module:
+        """A deep copy of the layers, parameters, buffers and hyperparameters, detached from any Trainer run.
+
+        The copy has no Trainer, no metric store and no optimizers (copying them would copy the
+        whole run); attach it to a Trainer by fitting it. The weight-averaging callbacks rely on it.
+        """
+        memo[id(self._trainer)] = None
+        memo[id(self._results)] = None
+        memo[id(self._step_optimizers)] = []
+        new = type(self).__new__(type(self))
+        memo[id(self)] = new
+        for key, value in self.__dict__.items():
+            new.__dict__[key] = copy.deepcopy(value, memo)
+        return new
+
     # -- the steps: override these ------------------------------------------------------------
 
     def training_step(self, batch: Any, batch_idx: int) -> Any:

@@ -29,13 +29,14 @@ def build_callbacks(
     enable_progress_bar: bool | None,
     fast_dev_run: int,
 ) -> list[Callback]:
-    """The Trainer's callbacks: those given, plus a ModelCheckpoint and a progress bar unless disabled.
+    """The Trainer's callbacks: those given, plus a ModelCheckpoint and a TQDMProgressBar unless disabled.
 
     Raises:
         MisconfigurationError: A non-callback in the list, or a callback that a ``False`` flag forbids.
     """
     from torchplug.callbacks.model_checkpoint import ModelCheckpoint
     from torchplug.callbacks.progress import ProgressBar
+    from torchplug.callbacks.tqdm_progress import TQDMProgressBar
 
     given = _as_callbacks(callbacks, "callbacks=")
     if enable_checkpointing is False and any(isinstance(c, ModelCheckpoint) for c in given):
@@ -50,7 +51,7 @@ def build_callbacks(
     if enable_checkpointing is not False and not fast_dev_run and not has_checkpoint:
         given.append(ModelCheckpoint())
     if enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in given):
-        given.append(ProgressBar())
+        given.append(TQDMProgressBar())
     return ordered(given)
 
 
@@ -61,7 +62,7 @@ def add_feature_callbacks(callbacks: list[Callback], model_summary: bool, max_ti
     ``max_time=`` too is an error: two budgets would disagree).
     """
     from torchplug.callbacks.model_summary import ModelSummary
-    from torchplug.callbacks.timer import Timer
+    from torchplug.callbacks.timer import Timer, parse_duration
 
     added: list[Callback] = []
     if model_summary and not any(isinstance(c, ModelSummary) for c in callbacks):
@@ -69,10 +70,8 @@ def add_feature_callbacks(callbacks: list[Callback], model_summary: bool, max_ti
     if max_time is not None:
         if any(isinstance(c, Timer) for c in callbacks):
             raise MisconfigurationError(f"max_time={max_time!r}, but callbacks= holds a Timer too. Remove one of them.")
-        try:
-            added.append(Timer(max_time))
-        except ValueError as exc:
-            raise MisconfigurationError(str(exc)) from exc
+        parse_duration(max_time, "max_time")  # refused in the user's words: max_time=...
+        added.append(Timer(max_time))
     return ordered(callbacks + added) if added else callbacks
 
 

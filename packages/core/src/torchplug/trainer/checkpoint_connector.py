@@ -146,18 +146,20 @@ class CheckpointConnector:
                 f"The checkpoint has {len(saved)} optimizer states, but configure_optimizers() "
                 f"returned {len(trainer.optimizers)} optimizers."
             )
-        for optimizer, state in zip(trainer.optimizers, saved):
-            strategy.load_optimizer_state_dict(optimizer, state)
-        for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
-            config.scheduler.load_state_dict(state)
-        precision_key = type(strategy.precision).__qualname__
-        strategy.precision.load_state_dict(checkpoint.get("precision", checkpoint.get(precision_key, {})))
+        # Callbacks first, as in Lightning: a finetuning callback puts back the parameter groups it
+        # added, so that the optimizer states below find the groups they were saved with.
         callback_states = checkpoint.get("callbacks", {})
         for callback in trainer.callbacks:
             callback.on_load_checkpoint(trainer, trainer.module, checkpoint)
             state = find_callback_state(callback_states, callback.state_key)
             if state is not None:
                 callback.load_state_dict(state)
+        for optimizer, state in zip(trainer.optimizers, saved):
+            strategy.load_optimizer_state_dict(optimizer, state)
+        for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+            config.scheduler.load_state_dict(state)
+        precision_key = type(strategy.precision).__qualname__
+        strategy.precision.load_state_dict(checkpoint.get("precision", checkpoint.get(precision_key, {})))
         datamodule = trainer.datamodule
         if datamodule is not None:
             state = checkpoint.get("datamodule", checkpoint.get(type(datamodule).__qualname__))

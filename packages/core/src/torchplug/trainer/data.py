@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Mapping, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.core.datamodule import DataModule
@@ -26,11 +28,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataConnector",
+    "IndexBatchSampler",
+    "UnrepeatedDistributedSampler",
     "as_list",
     "batch_transfer",
     "check_iterable",
     "limit_batches",
     "num_batches",
+    "with_batch_indices",
     "with_distributed_sampler",
 ]
 
@@ -59,11 +64,14 @@ def as_list(loaders: Any) -> list[Any]:
     return [loaders]
 
 
-def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None, shuffle_default: bool) -> Any:
+def with_distributed_sampler(
+    loader: Any, sampler_kwargs: dict[str, Any] | None, shuffle_default: bool, unrepeated: bool = False
+) -> Any:
     """Rebuild a plain DataLoader so that each process reads its own shard of the data.
 
     A loader with a custom sampler, an iterable dataset, or anything that is not a DataLoader is
-    returned as it is (its author already decides what each process reads).
+    returned as it is (its author already decides what each process reads). ``unrepeated``: shards
+    without repeated samples (:class:`UnrepeatedDistributedSampler`), for ``predict``.
     """
     if sampler_kwargs is None or not isinstance(loader, DataLoader):
         return loader
@@ -74,9 +82,8 @@ def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None,
         return loader
     shuffle = isinstance(sampler, RandomSampler) if sampler is not None else shuffle_default
     seed = env_int("TORCHPLUG_GLOBAL_SEED", 0, minimum=0, maximum=2**32 - 1)
-    distributed: DistributedSampler[Any] = DistributedSampler(
-        loader.dataset, shuffle=shuffle, seed=seed, **sampler_kwargs
-    )
+    sampler_class = UnrepeatedDistributedSampler if unrepeated else DistributedSampler
+    distributed: DistributedSampler[Any] = sampler_class(loader.dataset, shuffle=shuffle, seed=seed, **sampler_kwargs)
     kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
     if kwargs.get("num_workers", 0) == 0:
         kwargs.pop("prefetch_factor", None)
@@ -87,6 +94,81 @@ def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None,
         rank_zero_warn(
             f"Could not rebuild {type(loader).__name__} with a DistributedSampler; every process reads "
             "all the data. Hint: pass use_distributed_sampler=False and shard it yourself."
+        )
+        return loader
+
+
+class UnrepeatedDistributedSampler(DistributedSampler[Any]):
+    """A DistributedSampler that never repeats a sample: process ``r`` reads samples ``r, r + n, r + 2n...``.
+
+    torch's DistributedSampler pads the shards to equal length with repeated samples, which would
+    write some predictions twice; here the shards differ by at most one sample instead (used for
+    ``predict``, where every process runs its own loop and nothing waits for the others per batch).
+    """
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, shuffle: bool = False, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        self.total_size = len(dataset)
+        self.num_samples = len(range(rank, self.total_size, num_replicas))
+
+    @override
+    def __iter__(self) -> Iterator[Any]:
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            indices: list[int] = torch.randperm(self.total_size, generator=generator).tolist()
+        else:
+            indices = list(range(self.total_size))
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
+
+
+class IndexBatchSampler:
+    """Wraps a DataLoader's batch sampler and records the dataset indices of every batch it yields.
+
+    ``seen_batch_indices[i]`` holds the indices of batch ``i`` of the current pass, also when
+    worker processes make the sampler run ahead of the batches delivered.
+
+    Args:
+        batch_sampler: The batch sampler to wrap.
+    """
+
+    def __init__(self, batch_sampler: Iterable[list[int]]) -> None:
+        self.batch_sampler = batch_sampler
+        self.seen_batch_indices: list[list[int]] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.seen_batch_indices = []
+        for batch in self.batch_sampler:
+            self.seen_batch_indices.append(list(batch))
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)  # type: ignore[arg-type]  # a sized batch sampler, as DataLoader requires
+
+
+def with_batch_indices(loader: Any) -> Any:
+    """Rebuild a DataLoader so that its batch sampler records each batch's dataset indices (:class:`IndexBatchSampler`).
+
+    Anything else (an iterable dataset, a loader without automatic batching, not a DataLoader) is
+    returned as it is: its batches have no indices to record.
+    """
+    if (
+        not isinstance(loader, DataLoader)
+        or loader.batch_sampler is None
+        or isinstance(loader.dataset, IterableDataset)
+    ):
+        return loader
+    if isinstance(loader.batch_sampler, IndexBatchSampler):
+        return loader
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name) and name != "drop_last"}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    try:
+        return type(loader)(loader.dataset, batch_sampler=IndexBatchSampler(loader.batch_sampler), **kwargs)
+    except TypeError:
+        rank_zero_warn(
+            f"Could not rebuild {type(loader).__name__} to record the indices of its batches; prediction writers "
+            "receive batch_indices=None for it."
         )
         return loader
 
@@ -247,12 +329,13 @@ class DataConnector:
                 return getattr(owner, hook)()
         return None
 
-    def process(self, loader: Any, what: str, shuffle_default: bool) -> Any:
+    def process(self, loader: Any, what: str, shuffle_default: bool, unrepeated: bool = False) -> Any:
         """Check ``loader``, give each process its shard (``use_distributed_sampler``), let the strategy adapt it."""
         trainer = self._trainer
         check_iterable(loader, what)
         if trainer.use_distributed_sampler:
-            loader = with_distributed_sampler(loader, trainer.strategy.distributed_sampler_kwargs, shuffle_default)
+            kwargs = trainer.strategy.distributed_sampler_kwargs
+            loader = with_distributed_sampler(loader, kwargs, shuffle_default, unrepeated)
         return trainer.strategy.process_dataloader(loader)
 
     def _train_loader(self, train: Any) -> Any:
@@ -297,6 +380,11 @@ class DataConnector:
         self._train_ready = self._val_ready = False
         self.train_loader, self.num_training_batches = None, math.inf
         self.val_loaders, self.num_val_batches = [], []
+
+    @property
+    def fit_loaders_from_hooks(self) -> bool:
+        """Whether fit's dataloaders come from the hooks (DataModule or module), not from fit's arguments."""
+        return self._fit_given[0] is None and self._fit_given[1] is None
 
     def defines(self, hook: str) -> bool:
         """Whether the DataModule or the module defines ``hook`` (``"train_dataloader"``...), without calling it."""
@@ -353,7 +441,8 @@ class DataConnector:
         trainer = self._trainer
         prefix = _PREFIX[fn]
         given = dataloaders if dataloaders is not None else self.source(f"{prefix}_dataloader")
-        loaders = [self.process(d, "dataloaders", False) for d in as_list(given)]
+        predicting = fn is TrainerFn.PREDICTING  # every sample predicted once: no repeats to even the shards
+        loaders = [self.process(d, "dataloaders", False, unrepeated=predicting) for d in as_list(given)]
         if not loaders:
             raise MisconfigurationError(
                 f"trainer.{fn.value}() found no data: pass dataloaders=..., or define "

@@ -12,7 +12,7 @@ import torch
 from torchplug._errors import MisconfigurationError
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
-from torchplug.trainer.data import batch_transfer
+from torchplug.trainer.data import IndexBatchSampler, batch_transfer, with_batch_indices
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.metrics import BATCH_EVAL, EPOCH
 from torchplug.trainer.optimization import accepts_batch_idx
@@ -220,44 +220,77 @@ class PredictionLoop:
     Args:
         trainer: The Trainer (read through its public API).
         hooks: Runs the callbacks' and the module's hooks.
+
+    Attributes:
+        current_batch_indices: The dataset indices of the batch being predicted, while a prediction
+            writer (:class:`torchplug.callbacks.BasePredictionWriter`) is attached; None otherwise, or
+            for a loader whose batches have no indices (an iterable dataset).
+        epoch_batch_indices: Per dataloader, the indices of every batch predicted so far, while a
+            writer that writes at the epoch's end is attached.
     """
 
     def __init__(self, trainer: Trainer, hooks: HookRunner) -> None:
         self.trainer = trainer
         self._hooks = hooks
         self._modes = _ModuleModes()
+        self._predictions: list[list[Any]] = []
+        self.current_batch_indices: list[int] | None = None
+        self.epoch_batch_indices: list[list[list[int]]] = []
+
+    @property
+    def predictions(self) -> Any:
+        """The predictions of the last run: a list of batches, or one such list per dataloader when several."""
+        return self._predictions[0] if len(self._predictions) == 1 else self._predictions
 
     def run(self, loaders: list[Any], limits: list[float], keep: bool) -> list[list[Any]]:
-        """Predict over ``loaders``; return the predictions per dataloader (empty lists unless ``keep``)."""
+        """Predict over ``loaders``; return the predictions per dataloader (empty lists unless ``keep``).
+
+        Predictions are also kept, whatever ``keep`` says, while a prediction writer that writes at
+        the epoch's end is attached (it receives them in ``write_on_epoch_end``).
+        """
+        from torchplug.callbacks.prediction_writer import BasePredictionWriter
+
         trainer, hooks = self.trainer, self._hooks
+        writers = [c for c in trainer.callbacks if isinstance(c, BasePredictionWriter)]
+        on_epoch = any(w.interval.on_epoch for w in writers)
+        keep = keep or on_epoch
+        if writers:  # decided once: the indices cost a sampler wrapper, paid only by runs that write
+            loaders = [with_batch_indices(loader) for loader in loaders]
         trainer.state.stage = RunningStage.PREDICTING
         step = _step_function(trainer, "predict_step", len(loaders))
         self._modes.capture(trainer.module)
+        self._predictions = [[] for _ in loaders]
+        self.epoch_batch_indices = [[] for _ in loaders]
+        self.current_batch_indices = None
         hooks.call_module("on_predict_model_eval")
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         on_start = hooks.batch_hooks("on_predict_batch_start")
         on_end = hooks.batch_hooks("on_predict_batch_end")
         several = len(loaders) > 1
-        predictions: list[list[Any]] = []
         with grad_context(trainer):
             for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
                 transfer = batch_transfer(trainer, loader_idx)
                 extra = (loader_idx,) if several else ()
-                kept: list[Any] = []
+                kept = self._predictions[loader_idx]
+                sampler = getattr(loader, "batch_sampler", None) if writers else None
+                tracker = sampler if isinstance(sampler, IndexBatchSampler) else None
                 for batch_idx, batch in enumerate(loader):
                     if batch_idx >= limit:
                         break
+                    if tracker is not None:  # the sampler ran ahead of this batch (in order), never behind it
+                        self.current_batch_indices = tracker.seen_batch_indices[batch_idx]
+                        if on_epoch:
+                            self.epoch_batch_indices[loader_idx].append(self.current_batch_indices)
                     batch = transfer(batch)
                     for hook in on_start:
                         hook(batch, batch_idx, *extra)
                     output = step(batch, batch_idx, *extra)
-                    for hook in on_end:
-                        hook(output, batch, batch_idx, *extra)
                     if keep:
                         kept.append(output)
-                predictions.append(kept)
+                    for hook in on_end:
+                        hook(output, batch, batch_idx, *extra)
         hooks.call("on_predict_epoch_end")
         hooks.call("on_predict_end")
         self._modes.restore()
-        return predictions
+        return self._predictions

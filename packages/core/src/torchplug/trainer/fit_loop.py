@@ -148,6 +148,25 @@ class FitLoop:
         progress.epoch_finished = False
         progress.epoch_rng = None
 
+    def reload_dataloaders(self) -> None:
+        """Ask the DataModule (else the module) for the training and validation dataloaders again.
+
+        For code that changes what those hooks return in the middle of a fit (the batch size
+        finder sets a new ``batch_size``): the new loaders, their batch counts and the validation
+        schedule take effect from the next epoch (or the next :meth:`run`).
+
+        Raises:
+            MisconfigurationError: The fit's dataloaders were passed to ``fit()`` itself, so there
+                is nothing to ask again.
+        """
+        if not self._data.fit_loaders_from_hooks:
+            raise MisconfigurationError(
+                "The dataloaders were passed to fit() directly, so they cannot be built again. Hint: return them "
+                "from train_dataloader()/val_dataloader() of the module or a DataModule."
+            )
+        self._data.reload_fit()
+        self.setup_validation_schedule()
+
     # -- validation schedule ----------------------------------------------------------------------
 
     @property

@@ -24,6 +24,7 @@ if TYPE_CHECKING:
     from torchplug.trainer.connector import Resolution
     from torchplug.trainer.data import DataConnector
     from torchplug.trainer.fit_loop import FitLoop
+    from torchplug.trainer.hooks import HookRunner
     from torchplug.trainer.logger_connector import LoggerConnector
     from torchplug.trainer.preemption import PreemptionWatch
     from torchplug.trainer.states import TrainerState
@@ -37,13 +38,14 @@ class TrainerProperties:
     strategy: Strategy
     state: TrainerState
     fit_loop: FitLoop
-    callbacks: list[Callback]
+    _callbacks: list[Callback]
     loggers: list[Logger]
     default_root_dir: str
     accumulate_grad_batches: int
     max_epochs: int | None
     max_steps: int
     _resolution: Resolution
+    _hooks: HookRunner
     _logging: LoggerConnector
     _data: DataConnector
     _checkpoints: CheckpointConnector
@@ -283,6 +285,22 @@ class TrainerProperties:
         return self._logging.logged_metrics
 
     # -- callbacks ----------------------------------------------------------------------------------
+
+    @property
+    def callbacks(self) -> list[Callback]:
+        """The callbacks of this Trainer, in the order their hooks run."""
+        return self._callbacks
+
+    @callbacks.setter
+    def callbacks(self, callbacks: list[Callback]) -> None:
+        """Replace the callbacks; the hooks are bound anew from the next call on, even in the middle of a run.
+
+        The tuner's finders swap the list for their trial runs and put it back afterwards.
+        """
+        self._callbacks = callbacks
+        hooks = getattr(self, "_hooks", None)  # not yet during __init__
+        if hooks is not None:
+            hooks.reset()
 
     @property
     def checkpoint_callback(self) -> Any:

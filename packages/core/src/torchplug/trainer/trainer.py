@@ -50,7 +50,7 @@ from torchplug.trainer.logger_connector import LoggerConnector
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
-from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
+from torchplug.trainer.states import ExitRun, RunningStage, TrainerFn, TrainerState, TrainerStatus
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 from torchplug.utilities.table import print_results
 
@@ -229,7 +229,7 @@ class Trainer(TrainerProperties):
         self.profiler: Profiler = build_profiler(profiler)
         self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
         self.strategy: Strategy = self._resolution.strategy
-        self.callbacks: list[Callback] = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
+        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
         self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary is not False, max_time)
         self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir, plugin_host)
         self.state = TrainerState()
@@ -247,6 +247,7 @@ class Trainer(TrainerProperties):
         self.validate_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.VALIDATING)
         self.test_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.TESTING)
         self.predict_loop = PredictionLoop(self, self._hooks)
+        self._handled_exception: BaseException | None = None  # the failure whose on_exception hooks already ran
 
     # -- the four entry points ----------------------------------------------------------------------
 
@@ -320,6 +321,27 @@ class Trainer(TrainerProperties):
             raise MisconfigurationError("save_checkpoint() needs a model: call it during or after fit().")
         self._checkpoints.save(os.fspath(filepath), weights_only, storage_options)
 
+    def restore_checkpoint(self, filepath: str | os.PathLike[str]) -> None:
+        """Put the running fit back to a checkpoint that :meth:`save_checkpoint` wrote during it.
+
+        Restores the model's weights, the optimizers and schedulers, the loop's position, every
+        callback's state and the random state, as ``fit(ckpt_path=...)`` would. Call it on every
+        process, from inside ``fit`` once the optimizers exist (a callback's ``on_fit_start`` or
+        later): the tuner's finders use it to undo their trial runs.
+
+        Raises:
+            MisconfigurationError: When no fit is running with its optimizers set up.
+        """
+        if self.state.fn is not TrainerFn.FITTING or not self.optimizers:
+            raise MisconfigurationError(
+                "restore_checkpoint() works inside a running fit, once the optimizers exist (for example in a "
+                "callback's on_fit_start). Hint: to start a fit from a checkpoint, use fit(model, ckpt_path=...)."
+            )
+        checkpoint = self.strategy.load_checkpoint(os.fspath(filepath))
+        self._checkpoints.restore_model(checkpoint)
+        self._checkpoints.restore_training_state(checkpoint)
+        self.strategy.barrier("restore_checkpoint")  # every rank has read the file: it may be removed now
+
     # -- running ------------------------------------------------------------------------------------
 
     def _evaluate(
@@ -365,6 +387,7 @@ class Trainer(TrainerProperties):
         self._hooks.reset()
         self.should_stop = False
         launcher = self.strategy.launcher
+        self._handled_exception = None
         try:
             if self.barebones:
                 rank_zero_info(
@@ -375,12 +398,14 @@ class Trainer(TrainerProperties):
             return result
         except BaseException as exc:
             self.state.status = TrainerStatus.INTERRUPTED
-            self._on_exception(exc)
+            if not _caused_by(exc, self._handled_exception):  # a failure outside the run itself (the launcher's)
+                self._on_exception(exc)
             raise
         finally:
             self.state.stage = None
 
     def _on_exception(self, exc: BaseException) -> None:
+        self._handled_exception = exc
         for callback in self.callbacks:
             try:
                 callback.on_exception(self, self.module, exc)
@@ -452,6 +477,11 @@ class Trainer(TrainerProperties):
                 self.fit_loop.run()
             self._hooks.call("on_fit_end")
             self._logging.finalize("success")
+        except ExitRun:
+            pass  # a tuner finder ended the run on purpose: tear down and return, as after success
+        except BaseException as exc:
+            self._on_exception(exc)  # before teardown: the model, the strategy and its process group are still up
+            raise
         finally:
             try:
                 self._teardown("fit")  # flushes checkpoint writes before a held-back SIGTERM may be re-sent
@@ -474,6 +504,9 @@ class Trainer(TrainerProperties):
             if verbose and self.is_global_zero:
                 print_results(results, fn.value)
             return results
+        except BaseException as exc:
+            self._on_exception(exc)  # before teardown, as in fit
+            raise
         finally:
             self._teardown(fn.value)
 
@@ -518,3 +551,15 @@ def _anomaly_detection(enabled: bool) -> Generator[None, None, None]:
 
     with torch.autograd.detect_anomaly():
         yield
+
+
+def _caused_by(exc: BaseException, handled: BaseException | None) -> bool:
+    """Whether ``exc`` is ``handled`` or was raised from it (a launcher re-raises a rank's failure in its words)."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if current is handled:
+            return True
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return False

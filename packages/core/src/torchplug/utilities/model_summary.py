@@ -1,214 +1,301 @@
-"""A model's summary: its layers, their parameter counts, sizes and modes, and the shapes an example input takes.
+"""Summaries of a model: its layers, their parameter counts, modes, FLOPs and input/output sizes.
 
-``summarize(module)`` builds it; ``str()`` of the result is the table the Trainer prints at fit
-start (``enable_model_summary``)::
+``summarize(module)`` is what :class:`torchplug.callbacks.ModelSummary` prints at the start of
+``fit`` (``Trainer(enable_model_summary=True)``, the default), in Lightning 2.6's layout::
 
       | Name | Type       | Params | Mode  | FLOPs | In sizes | Out sizes
-    ------------------------------------------------------------------------
+    ---------------------------------------------------------------------------
     0 | net  | Sequential | 676    | train | 1.3 K | [2, 16]  | [2, 4]
-    ------------------------------------------------------------------------
+    ---------------------------------------------------------------------------
     676       Trainable params
     0         Non-trainable params
     676       Total params
     0.003     Total estimated model params size (MB)
-    ...
+    4         Modules in train mode
+    0         Modules in eval mode
+    1.3 K     Total Flops
 
-The sizes and FLOPs columns appear when the module sets ``example_input_array``: one forward pass
-runs on it, in eval mode and without gradients, with hooks that record each layer's input and
-output shapes.
+In and out sizes and FLOPs need an example input: the module's ``example_input_array`` (a
+tensor, a tuple of positional arguments or a dict of keyword arguments), or one given, run once
+through the module in eval mode under ``torch.no_grad()``.
 """
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Final
 
 import torch
+from torch.utils.flop_counter import FlopCounterMode
 
-__all__ = ["LayerSummary", "ModelSummary", "human_readable_count", "summarize"]
+from torchplug.utilities.apply import move_to_device
 
-_UNKNOWN = "?"
+__all__ = ["ModelSummary", "format_summary_table", "get_human_readable_count", "summarize"]
 
-
-def human_readable_count(number: float) -> str:
-    """``1234`` as ``"1.2 K"``, ``2_000_000`` as ``"2.0 M"`` (K, M, B, T; below 1000 the number itself)."""
-    if number < 1000:
-        return str(int(number))
-    exponent = min(int(math.log10(number) // 3), 4)
-    return f"{number / 1000**exponent:,.1f} {' KMBT'[exponent]}"
+UNKNOWN_SIZE: Final = "?"
+NOT_APPLICABLE: Final = "n/a"
+LEFTOVER_PARAMS_NAME: Final = "other params"
+_UNITS: Final = (" ", "K", "M", "B", "T")
 
 
-def _shape(value: Any) -> Any:
-    if isinstance(value, torch.Tensor):
-        return list(value.shape)
-    if isinstance(value, (list, tuple)):
-        shapes = [_shape(v) for v in value]
-        return shapes[0] if len(shapes) == 1 else shapes
-    if isinstance(value, dict):
-        return {k: _shape(v) for k, v in value.items()}
-    return _UNKNOWN
+def get_human_readable_count(number: float) -> str:
+    """``123``, ``1.2 K``, ``2.0 M``, ``3.0 B``, ``400 T``: a count abbreviated in thousands (up to trillions)."""
+    if number < 0:
+        raise ValueError(f"get_human_readable_count({number!r}): give a count >= 0.")
+    digits = int(math.floor(math.log10(number)) + 1) if number > 0 else 1
+    group = min(math.ceil(digits / 3), len(_UNITS)) - 1
+    scaled = number / 10 ** (3 * group)
+    if group == 0 or scaled >= 100:
+        return f"{int(scaled):,d} {_UNITS[group]}"
+    return f"{scaled:,.1f} {_UNITS[group]}"
 
 
-@dataclass
-class LayerSummary:
-    """One row of the summary: a submodule, its parameters, and (after an example forward) its shapes."""
+def _shape(data: Any) -> Any:
+    if hasattr(data, "shape"):
+        return list(data.shape)
+    if isinstance(data, (list, tuple)):
+        return [_shape(item) for item in data]
+    return UNKNOWN_SIZE
 
-    name: str
-    module: torch.nn.Module = field(repr=False)
-    in_size: Any = _UNKNOWN
-    out_size: Any = _UNKNOWN
-    flops: int = 0
+
+class _Layer:
+    """One summarised layer: records its input and output sizes during the example forward."""
+
+    def __init__(self, module: torch.nn.Module) -> None:
+        self.module = module
+        self.in_size: Any = UNKNOWN_SIZE
+        self.out_size: Any = UNKNOWN_SIZE
+        self._handle = module.register_forward_hook(self._record, with_kwargs=True)
+
+    def _record(self, module: torch.nn.Module, args: Any, kwargs: Any, output: Any) -> None:
+        inputs = list(args) + list(kwargs.values())
+        self.in_size = _shape(inputs[0] if len(inputs) == 1 else inputs)
+        self.out_size = _shape(output)
+        self.detach()  # the first call is the one that counts (a layer may be reused)
+
+    def detach(self) -> None:
+        self._handle.remove()
 
     @property
     def layer_type(self) -> str:
-        """The submodule's class name."""
         return type(self.module).__name__
 
     @property
     def num_parameters(self) -> int:
-        """Its parameter count (lazy parameters, not yet shaped, count 0)."""
-        return sum(_numel(p) for p in self.module.parameters())
-
-    @property
-    def training(self) -> bool:
-        """Whether it is in train mode."""
-        return self.module.training
+        return sum(p.numel() for p in self.module.parameters() if not _uninitialized(p))
 
 
-def _numel(param: torch.Tensor) -> int:
-    return 0 if isinstance(param, torch.nn.parameter.UninitializedParameter) else param.numel()
+def _uninitialized(param: torch.Tensor) -> bool:
+    return isinstance(param, torch.nn.parameter.UninitializedParameter)
 
 
-@dataclass
 class ModelSummary:
-    """The summary of a module, down to ``max_depth`` levels of submodules (see :func:`summarize`)."""
+    """The layers of ``module`` down to ``max_depth``, with totals; ``str(summary)`` is the table ``fit`` prints.
 
-    model_name: str
-    layers: list[LayerSummary]
-    trainable_parameters: int
-    total_parameters: int
-    parameter_bytes: int
-    modules_in_train_mode: int
-    modules_in_eval_mode: int
-    total_flops: int | None
+    Example:
+        >>> print(ModelSummary(model, max_depth=2))
+          | Name       | Type        | Params | Mode  | FLOPs | In sizes | Out sizes
+        ...
+
+    Args:
+        module: The model (a :class:`torchplug.Module` or any ``torch.nn.Module``).
+        max_depth: How deep nested layers are listed: 1 the direct children, -1 all, 0 none
+            (the totals only).
+        example_input: An input of ``forward`` on the module's device (default: the module's
+            ``example_input_array``, when it has one); with it, sizes and FLOPs are measured.
+
+    Raises:
+        ValueError: ``max_depth`` below -1 or not an int.
+    """
+
+    def __init__(self, module: torch.nn.Module, max_depth: int = 1, example_input: Any = None) -> None:
+        if isinstance(max_depth, bool) or not isinstance(max_depth, int) or max_depth < -1:
+            raise ValueError(f"ModelSummary(max_depth={max_depth!r}): give -1 (all layers), 0 (none) or a depth >= 1.")
+        self._module = module
+        self._max_depth = max_depth
+        self._example = example_input if example_input is not None else getattr(module, "example_input_array", None)
+        self._flops = FlopCounterMode(display=False)
+        self._layers = self._summarize()
+
+    # -- the layers -----------------------------------------------------------------------------
+
+    def _named_layers(self) -> Iterator[tuple[str, torch.nn.Module]]:
+        if self._max_depth == 0:
+            return
+        for name, child in self._module.named_modules():
+            if name and (self._max_depth == -1 or name.count(".") < self._max_depth):
+                yield name, child
+
+    def _summarize(self) -> dict[str, _Layer]:
+        layers = {name: _Layer(child) for name, child in self._named_layers()}
+        try:
+            if self._example is not None:
+                self._forward_example_input()
+        finally:
+            for layer in layers.values():
+                layer.detach()
+        return layers
+
+    def _forward_example_input(self) -> None:
+        module = self._module
+        device = next((p.device for p in module.parameters()), torch.device("cpu"))
+        example = move_to_device(self._example, device)
+        modes = {m: m.training for m in module.modules()}
+        module.eval()
+        try:
+            with torch.no_grad(), self._flops:
+                if isinstance(example, (list, tuple)):
+                    module(*example)
+                elif isinstance(example, dict):
+                    module(**example)
+                else:
+                    module(example)
+        finally:
+            for m, training in modes.items():
+                m.training = training
 
     @property
-    def model_size_mb(self) -> float:
-        """The parameters' size in megabytes (10**6 bytes)."""
-        return self.parameter_bytes / 1e6
+    def layer_names(self) -> list[str]:
+        """The listed layers' names (``backbone``, ``backbone.0``...)."""
+        return list(self._layers)
 
-    def rows(self) -> list[list[str]]:
-        """The table's rows as strings: index, name, type, params, mode, then FLOPs and sizes when measured."""
-        measured = self.total_flops is not None
-        rows = []
-        for index, layer in enumerate(self.layers):
-            row = [str(index), layer.name, layer.layer_type, human_readable_count(layer.num_parameters)]
-            row.append("train" if layer.training else "eval")
-            if measured:
-                row += [human_readable_count(layer.flops), str(layer.in_size), str(layer.out_size)]
-            rows.append(row)
-        return rows
+    @property
+    def layer_types(self) -> list[str]:
+        """The listed layers' class names."""
+        return [layer.layer_type for layer in self._layers.values()]
+
+    @property
+    def in_sizes(self) -> list[Any]:
+        """Each listed layer's input shape in the example forward (``"?"`` without one)."""
+        return [layer.in_size for layer in self._layers.values()]
+
+    @property
+    def out_sizes(self) -> list[Any]:
+        """Each listed layer's output shape in the example forward (``"?"`` without one)."""
+        return [layer.out_size for layer in self._layers.values()]
+
+    @property
+    def param_nums(self) -> list[int]:
+        """Each listed layer's parameter count (its sub-layers included)."""
+        return [layer.num_parameters for layer in self._layers.values()]
+
+    @property
+    def training_modes(self) -> list[bool]:
+        """Whether each listed layer is in train mode."""
+        return [layer.module.training for layer in self._layers.values()]
+
+    @property
+    def flop_counts(self) -> dict[str, int]:
+        """Each listed layer's FLOPs in the example forward (0 without an example input)."""
+        counts = self._flops.get_flop_counts()
+        root = type(self._module).__name__
+        return {name: sum(counts.get(f"{root}.{name}", {}).values()) for name in self._layers}
+
+    # -- the totals -----------------------------------------------------------------------------
+
+    @property
+    def total_parameters(self) -> int:
+        """Parameters of the whole model (each shared parameter once)."""
+        return sum(p.numel() for p in self._module.parameters() if not _uninitialized(p))
+
+    @property
+    def trainable_parameters(self) -> int:
+        """Parameters that require gradients."""
+        return sum(p.numel() for p in self._module.parameters() if p.requires_grad and not _uninitialized(p))
+
+    @property
+    def total_layer_params(self) -> int:
+        """The sum over the listed layers."""
+        return sum(self.param_nums)
+
+    @property
+    def model_size(self) -> float:
+        """The parameters' size in megabytes, from each parameter's own dtype."""
+        return sum(p.numel() * p.element_size() for p in self._module.parameters() if not _uninitialized(p)) / 1e6
+
+    @property
+    def total_training_modes(self) -> dict[str, int]:
+        """How many submodules (the model itself excluded) are in train and in eval mode."""
+        modes = [m.training for m in self._module.modules()][1:]
+        return {"train": modes.count(True), "eval": modes.count(False)}
+
+    @property
+    def total_flops(self) -> int:
+        """FLOPs of the example forward (0 without an example input)."""
+        return int(self._flops.get_total_flops())
+
+    # -- the table ------------------------------------------------------------------------------
+
+    def summary_data(self) -> list[tuple[str, list[str]]]:
+        """The table's columns: a header and the cells of each (what :func:`format_summary_table` lays out)."""
+        columns: list[tuple[str, list[str]]] = [
+            (" ", [str(i) for i in range(len(self._layers))]),
+            ("Name", self.layer_names),
+            ("Type", self.layer_types),
+            ("Params", [get_human_readable_count(n) for n in self.param_nums]),
+            ("Mode", ["train" if training else "eval" for training in self.training_modes]),
+            ("FLOPs", [get_human_readable_count(n) for n in self.flop_counts.values()]),
+        ]
+        if self._example is not None:
+            columns.append(("In sizes", [str(size) for size in self.in_sizes]))
+            columns.append(("Out sizes", [str(size) for size in self.out_sizes]))
+        leftover = self.total_parameters - self.total_layer_params
+        if leftover > 0 and self._layers:  # parameters of the model itself, outside every listed layer
+            extra = {" ": " ", "Name": LEFTOVER_PARAMS_NAME, "Params": get_human_readable_count(leftover)}
+            for header, cells in columns:
+                cells.append(extra.get(header, NOT_APPLICABLE))
+        return columns
 
     def __str__(self) -> str:
-        header = ["", "Name", "Type", "Params", "Mode"]
-        if self.total_flops is not None:
-            header += ["FLOPs", "In sizes", "Out sizes"]
-        rows = self.rows()
-        widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
-        line = lambda r: " | ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip()  # noqa: E731
-        rule = "-" * max(len(line(header)), 20)
-        totals = [
-            (human_readable_count(self.trainable_parameters), "Trainable params"),
-            (human_readable_count(self.total_parameters - self.trainable_parameters), "Non-trainable params"),
-            (human_readable_count(self.total_parameters), "Total params"),
-            (f"{self.model_size_mb:,.3f}", "Total estimated model params size (MB)"),
-            (str(self.modules_in_train_mode), "Modules in train mode"),
-            (str(self.modules_in_eval_mode), "Modules in eval mode"),
-        ]
-        if self.total_flops is not None:
-            totals.append((human_readable_count(self.total_flops), "Total Flops"))
-        lines = [line(header), rule, *(line(r) for r in rows), rule]
-        lines += [f"{value:<10}{what}" for value, what in totals]
-        return "\n".join(lines)
+        return format_summary_table(
+            self.total_parameters,
+            self.trainable_parameters,
+            self.model_size,
+            self.total_training_modes,
+            self.total_flops,
+            self.summary_data(),
+        )
+
+    def __repr__(self) -> str:
+        return str(self)
 
 
-def _layers(module: torch.nn.Module, max_depth: int) -> list[LayerSummary]:
-    if max_depth == 0:
-        return []
-    named = module.named_modules()
-    next(named)  # the module itself
-    return [LayerSummary(name, sub) for name, sub in named if max_depth < 0 or name.count(".") < max_depth]
-
-
-@contextlib.contextmanager
-def _recording(layers: list[LayerSummary]) -> Iterator[None]:
-    handles = []
-    for layer in layers:
-
-        def record(_: torch.nn.Module, args: Any, output: Any, layer: LayerSummary = layer) -> None:
-            layer.in_size, layer.out_size = _shape(args), _shape(output)
-
-        handles.append(layer.module.register_forward_hook(record))
-    try:
-        yield
-    finally:
-        for handle in handles:
-            handle.remove()
-
-
-def _forward_example(module: torch.nn.Module, example: Any, layers: list[LayerSummary]) -> int:
-    """Run one forward pass on ``example`` (eval mode, no gradients); record the shapes, return the total FLOPs."""
-    from torch.utils.flop_counter import FlopCounterMode
-
-    modes = {m: m.training for m in module.modules()}
-    module.eval()
-    counter = FlopCounterMode(display=False)
-    try:
-        with torch.no_grad(), _recording(layers), counter:
-            if isinstance(example, (list, tuple)):
-                module(*example)
-            elif isinstance(example, dict):
-                module(**example)
-            else:
-                module(example)
-    finally:
-        for submodule, training in modes.items():
-            submodule.training = training
-    per_module = counter.get_flop_counts()
-    prefix = type(module).__name__
-    for layer in layers:
-        counts = per_module.get(f"{prefix}.{layer.name}", {})
-        layer.flops = int(sum(counts.values()))
-    return int(counter.get_total_flops())
+def format_summary_table(
+    total_parameters: int,
+    trainable_parameters: int,
+    model_size: float,
+    total_training_modes: dict[str, int],
+    total_flops: int,
+    columns: list[tuple[str, list[str]]],
+) -> str:
+    """The plain-text table of :class:`ModelSummary`: a row per layer, then the totals."""
+    lines: list[str] = []
+    rows = len(columns[0][1]) if columns else 0
+    if rows:
+        widths = [max(len(header), *(len(cell) for cell in cells)) for header, cells in columns]
+        rule = "-" * (sum(widths) + 3 * (len(columns) + 1))
+        lines.append(" | ".join(header.ljust(w) for (header, _), w in zip(columns, widths)))
+        lines.append(rule)
+        for i in range(rows):
+            lines.append(" | ".join(cells[i].ljust(w) for (_, cells), w in zip(columns, widths)))
+        lines.append(rule)
+    totals = [
+        (get_human_readable_count(trainable_parameters), "Trainable params"),
+        (get_human_readable_count(total_parameters - trainable_parameters), "Non-trainable params"),
+        (get_human_readable_count(total_parameters), "Total params"),
+        (f"{model_size:,.3f}", "Total estimated model params size (MB)"),
+        (str(total_training_modes["train"]), "Modules in train mode"),
+        (str(total_training_modes["eval"]), "Modules in eval mode"),
+        (get_human_readable_count(total_flops), "Total Flops"),
+    ]
+    lines.extend(f"{value:<10}{label}" for value, label in totals)
+    return "\n".join(lines)
 
 
 def summarize(module: torch.nn.Module, max_depth: int = 1, example_input: Any = None) -> ModelSummary:
-    """The summary of ``module``, its submodules listed down to ``max_depth`` levels (-1: all).
+    """The :class:`ModelSummary` of ``module`` down to ``max_depth`` (1: its direct children; -1: all).
 
-    Args:
-        module: The model.
-        max_depth: How deep to list submodules: 1 lists the direct children, -1 every submodule.
-        example_input: An input of ``forward`` already on the module's device (default: the module's
-            ``example_input_array``, when it has one); with it, the sizes and FLOPs columns are measured.
+    ``example_input`` (default: the module's ``example_input_array``) measures sizes and FLOPs.
     """
-    if not isinstance(max_depth, int) or max_depth < -1:
-        raise ValueError(f"max_depth={max_depth!r}: give an int >= -1 (-1 lists every submodule).")
-    layers = _layers(module, max_depth)
-    if example_input is None:
-        example_input = getattr(module, "example_input_array", None)
-    flops = None if example_input is None else _forward_example(module, example_input, layers)
-    params = list(module.parameters())
-    modules = list(module.modules())
-    return ModelSummary(
-        model_name=type(module).__name__,
-        layers=layers,
-        trainable_parameters=sum(_numel(p) for p in params if p.requires_grad),
-        total_parameters=sum(_numel(p) for p in params),
-        parameter_bytes=sum(_numel(p) * p.element_size() for p in params),
-        modules_in_train_mode=sum(1 for m in modules if m.training),
-        modules_in_eval_mode=sum(1 for m in modules if not m.training),
-        total_flops=flops,
-    )
+    return ModelSummary(module, max_depth=max_depth, example_input=example_input)
