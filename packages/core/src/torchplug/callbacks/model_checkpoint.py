@@ -6,17 +6,16 @@ through ``checkpoint_io.exists``: a custom or asynchronous CheckpointIO sees all
 old file is removed, the CheckpointIO is flushed, so a rotation never deletes a checkpoint while a
 write is still pending, and never gives up an old checkpoint before the new one is durable.
 
-Differences from Lightning 2.x, each on purpose:
+What it does beyond the basics:
 
 - In multi-process runs the monitored values and file names are taken from global rank 0 and
-  broadcast, so every process keeps exactly the same bookkeeping (Lightning only agrees on the
-  save decision; the other ranks may record other scores and paths).
+  broadcast, so every process keeps exactly the same bookkeeping.
 - ``save_top_k=k`` without ``monitor`` keeps the ``k`` most recent checkpoints.
 - ``save_last="link"`` writes a second copy through the CheckpointIO (CheckpointIO has no link
   operation, and a symlink would bypass it).
 - A monitored metric that can no longer appear (validation ran, or there is none) is an error at
-  the save point instead of a warning followed by never saving.
-- Files outside ``dirpath`` are never removed, for any filesystem (Lightning checks local paths only).
+  the save point.
+- Files outside ``dirpath`` are never removed, for any filesystem.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 r"""``core fit | validate | test | predict`` and :class:`TrainerCLI`: train from the command line and YAML files.
 
-Built on jsonargparse, as Lightning's ``LightningCLI`` is, so its options read the same::
+Built on jsonargparse, so its options read::
 
     core fit --model=examples.digits.DigitsClassifier --model.lr=0.01 \
              --data=examples.digits.DigitsDataModule --trainer.accelerator=cpu --trainer.devices=2
@@ -10,15 +10,12 @@ Accelerators, strategies, precisions and plugins are chosen by registry name, ch
 the registries of this process (so a plugin installed after the fact is accepted by name) and
 never against a fixed list of choices.
 
-Differences from Lightning 2.x, each on purpose:
-
-- Bad input exits with code 2 and one readable message that names the option, with no
-  traceback: also for Trainer arguments that do not fit together (Lightning shows a traceback).
-- ``--resolve`` prints how the hardware arguments were resolved (``trainer.describe()``) and exits.
-- ``core`` finds class paths in the current directory too, so ``--model=mypackage.MyModel``
-  finds ``./mypackage``; but the directory is added to ``sys.path`` only after plugin discovery,
-  and last, so that a file there never stands in for a plugin or an installed library (a stray
-  ``torch.py`` is never imported as torch).
+Bad input exits with code 2 and one readable message that names the option, with no traceback:
+also for Trainer arguments that do not fit together. ``--resolve`` prints how the hardware
+arguments were resolved (``trainer.describe()``) and exits. ``core`` finds class paths in the
+current directory too, so ``--model=mypackage.MyModel`` finds ``./mypackage``; but the directory
+is added to ``sys.path`` only after plugin discovery, and last, so that a file there never stands
+in for a plugin or an installed library (a stray ``torch.py`` is never imported as torch).
 """
 
 from __future__ import annotations
