@@ -8,12 +8,12 @@ What is measured:
 
     A   the raw loop (zero_grad, forward, loss, backward, step) over the same DataLoader;
     B   a lean Trainer: ``logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        num_sanity_val_steps=0``;
+        num_sanity_val_steps=0, enable_model_summary=False`` (as Lightning's lean run);
     C   the Trainer's defaults (CSVLogger, ModelCheckpoint, progress bar) in a temporary directory,
         with stdout and stderr redirected to /dev/null (file descriptors 1 and 2), as in the
         reference. Our progress bar stays quiet when its stream is not a terminal, so in C it draws
         nothing;
-    C'  as C, with the bar drawn anyway (``ProgressBar(force=True)``), into /dev/null: this is what
+    C'  as C, with the bar drawn anyway (``TQDMProgressBar(force=True)``), into /dev/null: this is what
         Lightning's C pays for its bar;
     D   as C, plus ``self.log("train_loss", loss, prog_bar=True)`` in every training_step;
     D'  as D, with the bar forced as in C' (the like-for-like of Lightning's D).
@@ -222,13 +222,19 @@ def output_to_devnull() -> Iterator[None]:
 
 
 def lean_args() -> dict[str, Any]:
-    return {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "num_sanity_val_steps": 0}
+    return {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "num_sanity_val_steps": 0,
+        "enable_model_summary": False,
+    }
 
 
 def forced_bar() -> Any:
-    from torchplug.callbacks.progress import ProgressBar
+    from torchplug.callbacks.tqdm_progress import TQDMProgressBar
 
-    return ProgressBar(force=True)
+    return TQDMProgressBar(force=True)
 
 
 def run_raw(loader: DataLoader[Any]) -> Run:
@@ -376,7 +382,7 @@ def available_variants(requested: list[str]) -> tuple[list[str], list[str]]:
     """The requested variants that can run here, and a note for each one left out."""
     has = {
         name: importlib.util.find_spec(f"torchplug.callbacks.{name}") is not None
-        for name in ("model_checkpoint", "progress")
+        for name in ("model_checkpoint", "tqdm_progress")
     }
     has_lightning = importlib.util.find_spec("lightning") is not None
     run, notes = [], []

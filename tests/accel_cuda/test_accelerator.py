@@ -173,6 +173,13 @@ def test_setup_device_refuses_another_device_type() -> None:
         CUDAAccelerator().setup_device(torch.device("cpu"))
 
 
+def test_synchronize_waits_for_the_device(monkeypatch: pytest.MonkeyPatch) -> None:
+    waited: list[object] = []
+    monkeypatch.setattr(torch.cuda, "synchronize", waited.append)
+    CUDAAccelerator().synchronize(torch.device("cuda", 1))
+    assert waited == [torch.device("cuda", 1)]
+
+
 def test_teardown_empties_the_cache(monkeypatch: pytest.MonkeyPatch) -> None:
     calls: list[str] = []
     monkeypatch.setattr(torch.cuda, "empty_cache", lambda: calls.append("empty_cache"))
@@ -354,3 +361,10 @@ def test_environment_report_lists_each_gpu(
         },
         {"id": 1, "error": "RuntimeError: CUDA error: uncorrectable ECC error encountered"},
     ]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_benchmark_sets_cudnns_flag(enabled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", not enabled)
+    assert CUDAAccelerator().set_benchmark(enabled) is True
+    assert torch.backends.cudnn.benchmark is enabled

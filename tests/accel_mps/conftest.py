@@ -50,4 +50,5 @@ def fake_mac(monkeypatch: pytest.MonkeyPatch) -> FakeMac:
     monkeypatch.setattr(torch.mps, "get_rng_state", lambda device="mps": mac.rng_state.clone())
     monkeypatch.setattr(torch.mps, "set_rng_state", mac.set_rng_state)
     monkeypatch.setattr(torch.mps, "empty_cache", lambda: mac.calls.append("empty_cache"))
+    monkeypatch.setattr(torch.mps, "synchronize", lambda: mac.calls.append("synchronize"))
     return mac

@@ -105,7 +105,8 @@ def test_teardown_empties_the_cache_and_setup_checks_the_device(fake_mac: FakeMa
     accelerator = MPSAccelerator()
     accelerator.setup_device(torch.device("mps", 0))
     accelerator.teardown()
-    assert fake_mac.calls == ["empty_cache"]
+    accelerator.synchronize(torch.device("mps", 0))
+    assert fake_mac.calls == ["empty_cache", "synchronize"]
     with pytest.raises(ValueError, match="cannot run on device 'cpu'"):
         accelerator.setup_device(torch.device("cpu"))
 

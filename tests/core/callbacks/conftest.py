@@ -122,6 +122,7 @@ def make_trainer(tmp_path: Any) -> Callable[..., Trainer]:
         kwargs.setdefault("logger", False)
         kwargs.setdefault("enable_progress_bar", False)
         kwargs.setdefault("num_sanity_val_steps", 0)
+        kwargs.setdefault("enable_model_summary", False)
         return Trainer(**kwargs)
 
     return build
@@ -137,3 +138,27 @@ def recording_io() -> RecordingCheckpointIO:
 def recording_io_class() -> type[RecordingCheckpointIO]:
     """The :class:`RecordingCheckpointIO` class (for tests that subclass it)."""
     return RecordingCheckpointIO
+
+
+def reference_weights(
+    epochs: int, accumulate: Callable[[int], int] = lambda epoch: 1, lr: float = 0.05
+) -> dict[str, torch.Tensor]:
+    """The weights a plain PyTorch loop reaches with :class:`TinyModel` on :func:`regression_data`.
+
+    ``accumulate(epoch)`` batches are summed per optimizer step (the loss divided by it, the last
+    batch of an epoch always stepping), as the Trainer does.
+    """
+    torch.manual_seed(0)
+    model = TinyModel(lr=lr)
+    optimizer = torch.optim.SGD(model.parameters(), lr=lr, momentum=0.9)
+    loader = regression_data()
+    batches = len(loader)
+    for epoch in range(epochs):
+        every = accumulate(epoch)
+        for index, (x, y) in enumerate(loader):
+            loss = torch.nn.functional.mse_loss(model.layer(x), y) / every
+            loss.backward()
+            if (index + 1) % every == 0 or index + 1 == batches:
+                optimizer.step()
+                optimizer.zero_grad()
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}

@@ -1,4 +1,4 @@
-"""ProgressBar: quiet unless someone watches, informative when shown, and cheap per step."""
+"""TQDMProgressBar (the default bar): quiet unless someone watches, informative when shown, and cheap per step."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import torch
 from torch.utils.data import DataLoader
 
 from torchplug import SettingsError
-from torchplug.callbacks import ProgressBar
+from torchplug.callbacks import ProgressBar, TQDMProgressBar
 from torchplug.loggers.csv_logs import CSVLogger
 from torchplug.utilities.table import format_results, format_table, print_results
 
@@ -36,7 +36,7 @@ def test_quiet_when_the_stream_is_not_a_terminal(make_trainer, tiny_model, data,
     monkeypatch.delenv("TORCHPLUG_PROGRESS_BAR", raising=False)
     stream = io.StringIO()
     trainer = make_trainer(
-        max_epochs=2, enable_progress_bar=True, num_sanity_val_steps=2, callbacks=[ProgressBar(stream=stream)]
+        max_epochs=2, enable_progress_bar=True, num_sanity_val_steps=2, callbacks=[TQDMProgressBar(stream=stream)]
     )
     trainer.fit(tiny_model(), data(), data())
 
@@ -49,6 +49,7 @@ def test_the_default_bar_is_quiet_under_a_captured_stdout(make_trainer, tiny_mod
     trainer = make_trainer(max_epochs=1, enable_progress_bar=None)
     trainer.fit(tiny_model(), data(), data())
 
+    assert isinstance(trainer.progress_bar_callback, TQDMProgressBar)
     assert isinstance(trainer.progress_bar_callback, ProgressBar)
     assert not trainer.progress_bar_callback.is_enabled
     assert capsys.readouterr() == ("", "")
@@ -60,7 +61,7 @@ def test_forced_bar_shows_loss_speed_version_and_prog_bar_metrics(tmp_path, make
         make_trainer,
         tiny_model,
         data,
-        ProgressBar(force=True, stream=stream),
+        TQDMProgressBar(force=True, stream=stream),
         num_sanity_val_steps=1,
         logger=CSVLogger(tmp_path),
     )
@@ -90,33 +91,33 @@ def test_forced_bar_shows_loss_speed_version_and_prog_bar_metrics(tmp_path, make
 def test_environment_variable_and_terminal(make_trainer, tiny_model, data, monkeypatch, setting, stream_class, shown):
     monkeypatch.setenv("TORCHPLUG_PROGRESS_BAR", setting)
     stream = stream_class()
-    trainer = make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[ProgressBar(stream=stream)])
+    trainer = make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[TQDMProgressBar(stream=stream)])
     trainer.fit(tiny_model(), data())
     assert ("Epoch 0" in stream.getvalue()) is shown
 
 
 def test_a_bad_environment_variable_is_an_error_naming_it(make_trainer, tiny_model, data, monkeypatch):
     monkeypatch.setenv("TORCHPLUG_PROGRESS_BAR", "maybe")
-    trainer = make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[ProgressBar(stream=Terminal())])
+    trainer = make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[TQDMProgressBar(stream=Terminal())])
     with pytest.raises(SettingsError, match=r"TORCHPLUG_PROGRESS_BAR='maybe' is not a boolean\. Hint: use"):
         trainer.fit(tiny_model(), data())
 
 
 def test_force_false_and_refresh_rate_0_hide_the_bar(make_trainer, tiny_model, data):
-    for bar in (ProgressBar(force=False, stream=Terminal()), ProgressBar(refresh_rate=0, stream=Terminal())):
+    for bar in (TQDMProgressBar(force=False, stream=Terminal()), TQDMProgressBar(refresh_rate=0, stream=Terminal())):
         make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[bar]).fit(tiny_model(), data())
         assert bar.stream.getvalue() == ""
 
 
 def test_leave_keeps_one_bar_per_epoch(make_trainer, tiny_model, data):
-    bar = ProgressBar(force=True, leave=True, stream=io.StringIO())
+    bar = TQDMProgressBar(force=True, leave=True, stream=io.StringIO())
     make_trainer(max_epochs=3, enable_progress_bar=True, callbacks=[bar]).fit(tiny_model(), data())
     lines = [line for line in bar.stream.getvalue().split("\n") if line.strip()]
     assert [any(f"Epoch {e}" in line for line in lines) for e in range(3)] == [True, True, True]
 
 
 def test_results_table_after_validate_and_test_even_when_quiet(make_trainer, tiny_model, data, capsys):
-    bar = ProgressBar(stream=io.StringIO())
+    bar = TQDMProgressBar(stream=io.StringIO())
     trainer = make_trainer(enable_progress_bar=True, callbacks=[bar])
     model = tiny_model()
     trainer.validate(model, data())
@@ -162,7 +163,7 @@ def test_per_step_cost_of_the_batch_hook(make_trainer, tiny_model, data, capsys)
     trainer.fit(model, data())
     calls = 3000
 
-    def per_call(bar: ProgressBar) -> float:
+    def per_call(bar: TQDMProgressBar) -> float:
         best = float("inf")
         for _ in range(5):
             start = time.perf_counter()
@@ -171,12 +172,12 @@ def test_per_step_cost_of_the_batch_hook(make_trainer, tiny_model, data, capsys)
             best = min(best, (time.perf_counter() - start) / calls)
         return best * 1e6
 
-    quiet = ProgressBar(stream=io.StringIO())
-    shown = ProgressBar(force=True, stream=io.StringIO())
+    quiet = TQDMProgressBar(stream=io.StringIO())
+    shown = TQDMProgressBar(force=True, stream=io.StringIO())
     shown.train_bar = shown._new_bar(
-        "Epoch 0", calls * 5, leave=True, position=0, postfix=lambda: shown._train_postfix(trainer)
+        "Epoch 0", calls * 5, leave=True, position=0, postfix=lambda: shown.get_metrics(trainer, model)
     )
     quiet_us, shown_us = per_call(quiet), per_call(shown)
     shown.train_bar.close()
     with capsys.disabled():
-        print(f"\nProgressBar.on_train_batch_end: quiet {quiet_us:.2f} µs/step, shown {shown_us:.2f} µs/step")
+        print(f"\nTQDMProgressBar.on_train_batch_end: quiet {quiet_us:.2f} µs/step, shown {shown_us:.2f} µs/step")

@@ -35,6 +35,7 @@ def config(tmp_path: Path) -> Path:
           max_epochs: 2
           default_root_dir: {tmp_path}
           enable_progress_bar: false
+          logger: csv
         model:
           class_path: {TINY}.TinyModel
           init_args:
@@ -391,3 +392,33 @@ def test_trainer_cli_subclass_mode(tmp_path: Path) -> None:
     with pytest.raises(SystemExit) as exit_info:
         TrainerCLI(TinyModel, subclass_mode_model=True, run=False, args=["--model=torchplug.Module"])
     assert exit_info.value.code == 2
+
+
+# -- tuning -------------------------------------------------------------------------------------
+
+
+def test_fit_tune_lr_writes_the_suggestion_to_the_model_and_plots_it(core: Core, config: Path) -> None:
+    pytest.importorskip("matplotlib")
+    result = core("fit", "--config", str(config), "--tune", "lr", "--data.init_args.n=1024")
+    assert result.code == 0, result
+
+    lines = [line for line in result.out.splitlines() if line.startswith("tune:")]
+    assert lines[0].startswith("tune: learning rate ") and lines[0].endswith("(suggested after 100 steps)")
+    plot = Path(lines[1].removeprefix("tune: plot "))
+    assert plot.name == "lr_find.png" and plot.read_bytes()[:4] == b"\x89PNG"
+    assert "fit: 2 epoch(s), 128 step(s)" in result.out
+
+
+def test_fit_tune_batch_size_then_lr(core: Core, config: Path) -> None:
+    result = core("fit", "--config", str(config), "--tune", "batch_size,lr")
+    assert result.code == 0, result
+    lines = [line for line in result.out.splitlines() if line.startswith("tune:")]
+    assert lines[0] == "tune: batch size 64"  # no memory limit here: the whole dataset
+    assert lines[1] == "tune: no learning rate suggested after 2 steps (too few; the model keeps its own)"
+    assert "fit: 2 epoch(s), 2 step(s)" in result.out
+
+
+def test_fit_tune_rejects_an_unknown_item(core: Core, config: Path) -> None:
+    result = core("fit", "--config", str(config), "--tune", "momentum")
+    assert result.code == 2
+    assert "--tune=momentum: give 'lr', 'batch_size' or both ('batch_size,lr'); not 'momentum'." in result.err

@@ -90,6 +90,11 @@ class CUDAAccelerator(Accelerator):
         torch.cuda.empty_cache()
 
     @override
+    def synchronize(self, device: torch.device) -> None:
+        """Wait for the kernels queued on ``device`` (``torch.cuda.synchronize``), so that timings include them."""
+        torch.cuda.synchronize(device)
+
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Memory of ``device`` in bytes (allocated, reserved, peaks, free, total) and utilisation when NVML has it."""
         return cuda_device_stats(device)
@@ -102,6 +107,12 @@ class CUDAAccelerator(Accelerator):
         ``torch.use_deterministic_algorithms(True)`` raises on those products with CUDA 10.2 and later.
         """
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+
+    @override
+    def set_benchmark(self, enabled: bool) -> bool:
+        """``Trainer(benchmark=...)``: cuDNN tries its algorithms for each new input shape and keeps the fastest."""
+        torch.backends.cudnn.benchmark = enabled
+        return True
 
     # -- random state -------------------------------------------------------------------------
 

@@ -95,6 +95,11 @@ class MPSAccelerator(Accelerator):
         _vendor.mps().empty_cache()
 
     @override
+    def synchronize(self, device: torch.device) -> None:
+        """Wait for the work queued on the GPU (``torch.mps.synchronize``), so that timings include it."""
+        _vendor.mps().synchronize()
+
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Memory in bytes: held by tensors, held by the Metal driver for this process, and the recommended limit."""
         mps = _vendor.mps()

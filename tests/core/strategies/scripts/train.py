@@ -55,6 +55,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-sync", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --root")
+    parser.add_argument("--logger", action="append", default=[], help="a logger by registry name (repeatable)")
     parser.add_argument("--checkpoint", action="store_true", help="a ModelCheckpoint saving every step")
     parser.add_argument(
         "--default-ckpt-dir",
@@ -78,6 +79,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rank-rng", action="store_true", help="set each rank's random state apart")
     parser.add_argument("--record-restored", action="store_true", help="restored_rank<R>.pt at the first batch")
     parser.add_argument("--top-k", type=int, default=-1, help="ModelCheckpoint(save_top_k=...) with --checkpoint")
+    parser.add_argument("--manual", action="store_true", help="manual optimization (--clip through clip_gradients)")
     return parser.parse_args(argv)
 
 
@@ -115,6 +117,8 @@ def main(argv: list[str] | None = None) -> None:
         from torchplug.loggers.csv_logs import CSVLogger
 
         logger = CSVLogger(args.root)
+    if args.logger:
+        logger = [*([logger] if logger is not False else []), *args.logger]
     plugins: Any = [common.CountingCheckpointIO(args.count_writes)] if args.count_writes else None
     if args.io:
         plugins = [args.io]
@@ -135,7 +139,7 @@ def main(argv: list[str] | None = None) -> None:
         num_sanity_val_steps=0,
         log_every_n_steps=args.log_every,
         accumulate_grad_batches=args.accumulate,
-        gradient_clip_val=args.clip,
+        gradient_clip_val=None if args.manual else args.clip,
         default_root_dir=args.root,
     )
     common.write_json(
@@ -147,16 +151,19 @@ def main(argv: list[str] | None = None) -> None:
         },
     )
     restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
-    model = common.Regressor(
-        unused=args.unused,
-        crash_rank=-1 if args.crash_once and restarted else args.crash_rank,
-        crash_step=args.crash_step,
-        crash_how=args.crash_how,
-        stall_rank=args.stall_rank,
-        log_sync=args.log_sync,
-        dropout=args.dropout,
-        optimizer=args.optimizer,
-    )
+    if args.manual:
+        model: common.Regressor = common.ManualRegressor(clip=args.clip, dropout=args.dropout)
+    else:
+        model = common.Regressor(
+            unused=args.unused,
+            crash_rank=-1 if args.crash_once and restarted else args.crash_rank,
+            crash_step=args.crash_step,
+            crash_how=args.crash_how,
+            stall_rank=args.stall_rank,
+            log_sync=args.log_sync,
+            dropout=args.dropout,
+            optimizer=args.optimizer,
+        )
     try:
         trainer.fit(model, common.loader(args.samples, args.batch_size), ckpt_path=args.resume)
     except Exception as exc:

@@ -158,6 +158,14 @@ class Accelerator(ABC):
         """Device statistics for monitoring (memory in bytes, utilisation...). Default: none."""
         return {}
 
+    def synchronize(self, device: torch.device) -> None:
+        """Wait until the work queued on ``device`` has finished, so that a timing includes it.
+
+        Asked by timing callbacks (``ThroughputMonitor``) before they read the clock. Default:
+        nothing to wait for, as on the CPU, which computes synchronously; an accelerator whose
+        kernels run asynchronously overrides it.
+        """
+
     def get_rng_state(self) -> Any:
         """The device's own random generator states, saved in checkpoints for exact resumes.
 
@@ -180,6 +188,28 @@ class Accelerator(ABC):
         ``os.environ.setdefault`` so that a value the user set wins, and make it safe to call more
         than once.
         """
+
+    @classmethod
+    def runtime_class(cls) -> type[Accelerator]:
+        """The class whose attributes describe this accelerator on this machine: ``cls`` itself by default.
+
+        An accelerator class that binds itself to a device on construction (its ``__new__`` returns
+        an instance of a subclass, as the generic ``torch`` accelerator does for torch's current
+        device type) returns that subclass, so that tools reading class attributes
+        (``device_type``, ``process_group_backend``...) see what an instance will have. Call it
+        only where the accelerator is available.
+        """
+        return cls
+
+    def set_benchmark(self, enabled: bool) -> bool:
+        """Turn the tuning of kernels to the input sizes seen on or off (``Trainer(benchmark=...)``).
+
+        Called in every process once its device is selected, before any step runs, when the user
+        gives ``benchmark=True``/``False`` (and with False for ``deterministic=True``). Return
+        whether the hardware has such a setting: False (the default) makes the Trainer say that
+        ``benchmark=`` has no effect here. CUDA sets ``torch.backends.cudnn.benchmark``.
+        """
+        return False
 
     # -- decisions the core delegates to the accelerator ----------------------------------------
 

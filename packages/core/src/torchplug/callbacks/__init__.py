@@ -1,17 +1,67 @@
-"""Callbacks: checkpointing, early stopping, learning-rate monitoring and the progress bar."""
+"""Callbacks: Lightning 2.6's catalogue, each in a module named after it, loaded on first use."""
 
 from torchplug.callbacks.callback import Callback
 from torchplug.utilities.imports import lazy_attributes
 
-__all__ = ["Callback", "EarlyStopping", "LearningRateMonitor", "ModelCheckpoint", "ProgressBar"]
+__all__ = [
+    "BackboneFinetuning",
+    "BaseFinetuning",
+    "BasePredictionWriter",
+    "BatchSizeFinder",
+    "Callback",
+    "DeviceStatsMonitor",
+    "EMAWeightAveraging",
+    "EarlyStopping",
+    "GradientAccumulationScheduler",
+    "LambdaCallback",
+    "LearningRateFinder",
+    "LearningRateMonitor",
+    "ModelCheckpoint",
+    "ModelPruning",
+    "ModelSummary",
+    "OnExceptionCheckpoint",
+    "ProgressBar",
+    "RichModelSummary",
+    "RichProgressBar",
+    "RichProgressBarTheme",
+    "SpikeDetection",
+    "StochasticWeightAveraging",
+    "TQDMProgressBar",
+    "ThroughputMonitor",
+    "Timer",
+    "TrainingSpikeException",
+    "WeightAveraging",
+]
 
 __getattr__, __dir__ = lazy_attributes(
     __name__,
     {
-        "ModelCheckpoint": "torchplug.callbacks.model_checkpoint",
+        "BackboneFinetuning": "torchplug.callbacks.finetuning",
+        "BaseFinetuning": "torchplug.callbacks.finetuning",
+        "BasePredictionWriter": "torchplug.callbacks.prediction_writer",
+        "BatchSizeFinder": "torchplug.callbacks.batch_size_finder",
+        "DeviceStatsMonitor": "torchplug.callbacks.device_stats_monitor",
+        "EMAWeightAveraging": "torchplug.callbacks.weight_averaging",
         "EarlyStopping": "torchplug.callbacks.early_stopping",
+        "GradientAccumulationScheduler": "torchplug.callbacks.gradient_accumulation_scheduler",
+        "LambdaCallback": "torchplug.callbacks.lambda_function",
+        "LearningRateFinder": "torchplug.callbacks.lr_finder",
         "LearningRateMonitor": "torchplug.callbacks.lr_monitor",
+        "ModelCheckpoint": "torchplug.callbacks.model_checkpoint",
+        "ModelPruning": "torchplug.callbacks.pruning",
+        "ModelSummary": "torchplug.callbacks.model_summary",
+        "OnExceptionCheckpoint": "torchplug.callbacks.on_exception_checkpoint",
         "ProgressBar": "torchplug.callbacks.progress",
+        "RichModelSummary": "torchplug.callbacks.rich_model_summary",
+        "RichProgressBar": "torchplug.callbacks.rich_progress",
+        "RichProgressBarTheme": "torchplug.callbacks.rich_progress",
+        "SpikeDetection": "torchplug.callbacks.spike",
+        "StochasticWeightAveraging": "torchplug.callbacks.stochastic_weight_avg",
+        "TQDMProgressBar": "torchplug.callbacks.tqdm_progress",
+        "ThroughputMonitor": "torchplug.callbacks.throughput_monitor",
+        "Timer": "torchplug.callbacks.timer",
+        "TrainingSpikeException": "torchplug.callbacks.spike",
+        "WeightAveraging": "torchplug.callbacks.weight_averaging",
     },
     globals(),
 )

@@ -69,6 +69,8 @@ class LearningRateMonitor(Callback):
         self._last_step_logged = -1
         #: The values logged last, by name (what the loggers received).
         self.last_values: dict[str, float] = {}
+        #: Every learning rate logged in this fit, by name (``lrs["lr-SGD"]``), in the order logged.
+        self.lrs: dict[str, list[float]] = {}
 
     def on_fit_start(self, trainer: Trainer, module: Module) -> None:
         """Check for a logger and name every optimizer (they exist by now)."""
@@ -79,6 +81,7 @@ class LearningRateMonitor(Callback):
             )
         self._tracked = _track(trainer)
         self._last_step_logged = -1
+        self.lrs = {name: [] for tracked in self._tracked for name in tracked.names}
         if self.log_momentum and any(not _has_momentum(t.optimizer) for t in self._tracked):
             rank_zero_warn(
                 "LearningRateMonitor(log_momentum=True): some optimizers have no momentum; 0 is logged for them."
@@ -107,6 +110,9 @@ class LearningRateMonitor(Callback):
                 stats.update(self._stats(tracked))
         if stats:
             self.last_values.update(stats)
+            for name, value in stats.items():
+                if name in self.lrs:
+                    self.lrs[name].append(value)
             if trainer.is_global_zero:
                 step = trainer.fit_loop.progress.stepped_batches
                 for logger in trainer.loggers:

@@ -6,17 +6,16 @@ through ``checkpoint_io.exists``: a custom or asynchronous CheckpointIO sees all
 old file is removed, the CheckpointIO is flushed, so a rotation never deletes a checkpoint while a
 write is still pending, and never gives up an old checkpoint before the new one is durable.
 
-Differences from Lightning 2.x, each on purpose:
+What it does beyond the basics:
 
 - In multi-process runs the monitored values and file names are taken from global rank 0 and
-  broadcast, so every process keeps exactly the same bookkeeping (Lightning only agrees on the
-  save decision; the other ranks may record other scores and paths).
+  broadcast, so every process keeps exactly the same bookkeeping.
 - ``save_top_k=k`` without ``monitor`` keeps the ``k`` most recent checkpoints.
 - ``save_last="link"`` writes a second copy through the CheckpointIO (CheckpointIO has no link
   operation, and a symlink would bypass it).
 - A monitored metric that can no longer appear (validation ran, or there is none) is an error at
-  the save point instead of a warning followed by never saving.
-- Files outside ``dirpath`` are never removed, for any filesystem (Lightning checks local paths only).
+  the save point.
+- Files outside ``dirpath`` are never removed, for any filesystem.
 """
 
 from __future__ import annotations
@@ -153,6 +152,8 @@ class ModelCheckpoint(Callback):
             "mode": self.mode,
             "every_n_train_steps": self._every_n_train_steps,
             "every_n_epochs": self._every_n_epochs,
+            # Lightning's key names its time-based trigger too; none is set here, so the keys match.
+            "train_time_interval": getattr(self, "_train_time_interval", None),
         }
         return f"{type(self).__qualname__}{settings!r}"
 
@@ -420,6 +421,9 @@ class ModelCheckpoint(Callback):
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = path
+        if trainer.is_global_zero:  # trackers that keep checkpoints as artifacts (MLflow, W&B log_model)
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(self)
 
     def _remove(self, trainer: Trainer, path: str) -> None:
         """Delete an old checkpoint of ours, once every pending write is complete (async IO)."""

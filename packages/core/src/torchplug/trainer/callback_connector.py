@@ -12,7 +12,7 @@ from torchplug.utilities.rank_zero import rank_zero_info
 if TYPE_CHECKING:
     from torchplug.core.module import Module
 
-__all__ = ["attach_model_callbacks", "build_callbacks", "ordered"]
+__all__ = ["add_feature_callbacks", "attach_model_callbacks", "build_callbacks", "ordered"]
 
 
 def _as_callbacks(callbacks: Callback | Iterable[Callback] | None, what: str) -> list[Callback]:
@@ -29,13 +29,14 @@ def build_callbacks(
     enable_progress_bar: bool | None,
     fast_dev_run: int,
 ) -> list[Callback]:
-    """The Trainer's callbacks: those given, plus a ModelCheckpoint and a progress bar unless disabled.
+    """The Trainer's callbacks: those given, plus a ModelCheckpoint and a TQDMProgressBar unless disabled.
 
     Raises:
         MisconfigurationError: A non-callback in the list, or a callback that a ``False`` flag forbids.
     """
     from torchplug.callbacks.model_checkpoint import ModelCheckpoint
     from torchplug.callbacks.progress import ProgressBar
+    from torchplug.callbacks.tqdm_progress import TQDMProgressBar
 
     given = _as_callbacks(callbacks, "callbacks=")
     if enable_checkpointing is False and any(isinstance(c, ModelCheckpoint) for c in given):
@@ -50,8 +51,28 @@ def build_callbacks(
     if enable_checkpointing is not False and not fast_dev_run and not has_checkpoint:
         given.append(ModelCheckpoint())
     if enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in given):
-        given.append(ProgressBar())
+        given.append(TQDMProgressBar())
     return ordered(given)
+
+
+def add_feature_callbacks(callbacks: list[Callback], model_summary: bool, max_time: Any) -> list[Callback]:
+    """Add the callbacks behind Trainer flags: a ModelSummary (``enable_model_summary``), a Timer (``max_time``).
+
+    A callback of the same type given by the user is kept instead (a ``Timer`` given with
+    ``max_time=`` too is an error: two budgets would disagree).
+    """
+    from torchplug.callbacks.model_summary import ModelSummary
+    from torchplug.callbacks.timer import Timer, parse_duration
+
+    added: list[Callback] = []
+    if model_summary and not any(isinstance(c, ModelSummary) for c in callbacks):
+        added.append(ModelSummary())
+    if max_time is not None:
+        if any(isinstance(c, Timer) for c in callbacks):
+            raise MisconfigurationError(f"max_time={max_time!r}, but callbacks= holds a Timer too. Remove one of them.")
+        parse_duration(max_time, "max_time")  # refused in the user's words: max_time=...
+        added.append(Timer(max_time))
+    return ordered(callbacks + added) if added else callbacks
 
 
 def attach_model_callbacks(callbacks: list[Callback], module: Module) -> list[Callback]:

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any
 
-from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
+import torch
+from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.core.datamodule import DataModule
@@ -17,6 +19,7 @@ from torchplug.strategies.strategy import Strategy
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.apply import move_to_device
+from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.env_vars import env_int
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -25,11 +28,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataConnector",
+    "IndexBatchSampler",
+    "UnrepeatedDistributedSampler",
     "as_list",
     "batch_transfer",
     "check_iterable",
     "limit_batches",
     "num_batches",
+    "with_batch_indices",
     "with_distributed_sampler",
 ]
 
@@ -58,11 +64,14 @@ def as_list(loaders: Any) -> list[Any]:
     return [loaders]
 
 
-def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None, shuffle_default: bool) -> Any:
+def with_distributed_sampler(
+    loader: Any, sampler_kwargs: dict[str, Any] | None, shuffle_default: bool, unrepeated: bool = False
+) -> Any:
     """Rebuild a plain DataLoader so that each process reads its own shard of the data.
 
     A loader with a custom sampler, an iterable dataset, or anything that is not a DataLoader is
-    returned as it is (its author already decides what each process reads).
+    returned as it is (its author already decides what each process reads). ``unrepeated``: shards
+    without repeated samples (:class:`UnrepeatedDistributedSampler`), for ``predict``.
     """
     if sampler_kwargs is None or not isinstance(loader, DataLoader):
         return loader
@@ -73,9 +82,8 @@ def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None,
         return loader
     shuffle = isinstance(sampler, RandomSampler) if sampler is not None else shuffle_default
     seed = env_int("TORCHPLUG_GLOBAL_SEED", 0, minimum=0, maximum=2**32 - 1)
-    distributed: DistributedSampler[Any] = DistributedSampler(
-        loader.dataset, shuffle=shuffle, seed=seed, **sampler_kwargs
-    )
+    sampler_class = UnrepeatedDistributedSampler if unrepeated else DistributedSampler
+    distributed: DistributedSampler[Any] = sampler_class(loader.dataset, shuffle=shuffle, seed=seed, **sampler_kwargs)
     kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
     if kwargs.get("num_workers", 0) == 0:
         kwargs.pop("prefetch_factor", None)
@@ -88,6 +96,93 @@ def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None,
             "all the data. Hint: pass use_distributed_sampler=False and shard it yourself."
         )
         return loader
+
+
+class UnrepeatedDistributedSampler(DistributedSampler[Any]):
+    """A DistributedSampler that never repeats a sample: process ``r`` reads samples ``r, r + n, r + 2n...``.
+
+    torch's DistributedSampler pads the shards to equal length with repeated samples, which would
+    write some predictions twice; here the shards differ by at most one sample instead (used for
+    ``predict``, where every process runs its own loop and nothing waits for the others per batch).
+    """
+
+    def __init__(self, dataset: Any, num_replicas: int, rank: int, shuffle: bool = False, seed: int = 0) -> None:
+        super().__init__(dataset, num_replicas=num_replicas, rank=rank, shuffle=shuffle, seed=seed)
+        self.total_size = len(dataset)
+        self.num_samples = len(range(rank, self.total_size, num_replicas))
+
+    @override
+    def __iter__(self) -> Iterator[Any]:
+        if self.shuffle:
+            generator = torch.Generator().manual_seed(self.seed + self.epoch)
+            indices: list[int] = torch.randperm(self.total_size, generator=generator).tolist()
+        else:
+            indices = list(range(self.total_size))
+        return iter(indices[self.rank : self.total_size : self.num_replicas])
+
+
+class IndexBatchSampler:
+    """Wraps a DataLoader's batch sampler and records the dataset indices of every batch it yields.
+
+    ``seen_batch_indices[i]`` holds the indices of batch ``i`` of the current pass, also when
+    worker processes make the sampler run ahead of the batches delivered.
+
+    Args:
+        batch_sampler: The batch sampler to wrap.
+    """
+
+    def __init__(self, batch_sampler: Iterable[list[int]]) -> None:
+        self.batch_sampler = batch_sampler
+        self.seen_batch_indices: list[list[int]] = []
+
+    def __iter__(self) -> Iterator[list[int]]:
+        self.seen_batch_indices = []
+        for batch in self.batch_sampler:
+            self.seen_batch_indices.append(list(batch))
+            yield batch
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)  # type: ignore[arg-type]  # a sized batch sampler, as DataLoader requires
+
+
+def with_batch_indices(loader: Any) -> Any:
+    """Rebuild a DataLoader so that its batch sampler records each batch's dataset indices (:class:`IndexBatchSampler`).
+
+    Anything else (an iterable dataset, a loader without automatic batching, not a DataLoader) is
+    returned as it is: its batches have no indices to record.
+    """
+    if (
+        not isinstance(loader, DataLoader)
+        or loader.batch_sampler is None
+        or isinstance(loader.dataset, IterableDataset)
+    ):
+        return loader
+    if isinstance(loader.batch_sampler, IndexBatchSampler):
+        return loader
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name) and name != "drop_last"}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    try:
+        return type(loader)(loader.dataset, batch_sampler=IndexBatchSampler(loader.batch_sampler), **kwargs)
+    except TypeError:
+        rank_zero_warn(
+            f"Could not rebuild {type(loader).__name__} to record the indices of its batches; prediction writers "
+            "receive batch_indices=None for it."
+        )
+        return loader
+
+
+def sequential(loader: Any, what: str) -> Any:
+    """``loader`` reading its data in order (``overfit_batches``): a shuffling DataLoader is rebuilt, with a warning."""
+    if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler) or loader.batch_size is None:
+        return loader
+    rank_zero_warn(f"overfit_batches is set, so the {what} are read in order: their shuffling is turned off.")
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    return type(loader)(loader.dataset, batch_size=loader.batch_size, shuffle=False, **kwargs)
 
 
 def num_batches(loader: Any) -> float:
@@ -213,6 +308,8 @@ class DataConnector:
         self.val_loaders: list[Any] = []
         self.num_val_batches: list[float] = []
         self.eval_batches: dict[TrainerFn, list[float]] = {}
+        self._fit_given: tuple[Any, Any] = (None, None)
+        self._train_ready = self._val_ready = True  # nothing pending before the first fit
 
     def prepare_data(self) -> None:
         """Run ``prepare_data`` of the DataModule and the module on each node's local rank 0, then wait for it."""
@@ -232,34 +329,111 @@ class DataConnector:
                 return getattr(owner, hook)()
         return None
 
-    def process(self, loader: Any, what: str, shuffle_default: bool) -> Any:
+    def process(self, loader: Any, what: str, shuffle_default: bool, unrepeated: bool = False) -> Any:
         """Check ``loader``, give each process its shard (``use_distributed_sampler``), let the strategy adapt it."""
         trainer = self._trainer
         check_iterable(loader, what)
         if trainer.use_distributed_sampler:
-            loader = with_distributed_sampler(loader, trainer.strategy.distributed_sampler_kwargs, shuffle_default)
+            kwargs = trainer.strategy.distributed_sampler_kwargs
+            loader = with_distributed_sampler(loader, kwargs, shuffle_default, unrepeated)
         return trainer.strategy.process_dataloader(loader)
 
+    def _train_loader(self, train: Any) -> Any:
+        """One training loader; several (a dict, a list or a CombinedLoader) are combined, each processed."""
+        overfit = self._trainer.overfit_batches
+        if isinstance(train, (Mapping, list, tuple)):
+            train = CombinedLoader(train, "max_size_cycle")
+        if isinstance(train, CombinedLoader):
+            if train.mode == "sequential":
+                rank_zero_warn(
+                    "fit() with CombinedLoader(mode='sequential'): training_step receives every batch of the first "
+                    "loader, then of the next, with batch_idx counting over the whole epoch."
+                )
+            loaders = [self.process(loader, "train_dataloaders", True) for loader in train.flattened]
+            train.flattened = [sequential(loader, "train_dataloaders") for loader in loaders] if overfit else loaders
+            return train
+        loader = self.process(train, "train_dataloaders", True)
+        return sequential(loader, "train_dataloaders") if overfit else loader
+
+    def reload_fit(self) -> None:
+        """Ask the DataModule (or module) for new fit dataloaders now (``reload_dataloaders_every_n_epochs``)."""
+        self.setup_fit(*self._fit_given)
+        self.setup_train()
+        self.setup_val()
+
     def setup_fit(self, train: Any, val: Any) -> None:
-        """The training loader and, when the module can validate, the validation loaders, with their batch counts."""
-        trainer = self._trainer
-        train = train if train is not None else self.source("train_dataloader")
-        if train is None:
+        """Note where ``fit``'s data comes from; the loaders are requested later, when the loop needs them.
+
+        As in Lightning, ``val_dataloader()`` is called by the sanity check, ``train_dataloader()``
+        when training starts (then ``val_dataloader()`` if there was no sanity check), or earlier
+        when ``trainer.estimated_stepping_batches`` is read (in ``configure_optimizers``, say).
+
+        Raises:
+            MisconfigurationError: There is no training data anywhere.
+        """
+        if train is None and not self.defines("train_dataloader"):
             raise MisconfigurationError(
                 "fit() needs training data: pass train_dataloaders=..., a DataModule with "
                 "train_dataloader(), or define train_dataloader() on the model."
             )
-        self.train_loader = self.process(train, "train_dataloaders", True)
-        self.num_training_batches = limit_batches(
-            num_batches(self.train_loader), trainer.limit_train_batches, "limit_train_batches"
-        )
+        self._fit_given = (train, val)
+        self._train_ready = self._val_ready = False
+        self.train_loader, self.num_training_batches = None, math.inf
         self.val_loaders, self.num_val_batches = [], []
+
+    @property
+    def fit_loaders_from_hooks(self) -> bool:
+        """Whether fit's dataloaders come from the hooks (DataModule or module), not from fit's arguments."""
+        return self._fit_given[0] is None and self._fit_given[1] is None
+
+    def defines(self, hook: str) -> bool:
+        """Whether the DataModule or the module defines ``hook`` (``"train_dataloader"``...), without calling it."""
+        trainer = self._trainer
+        return any(
+            owner is not None and is_overridden(owner, hook, base)
+            for owner, base in ((trainer.datamodule, DataModule), (trainer.module, Module))
+        )
+
+    @property
+    def validation_possible(self) -> bool:
+        """Whether ``fit`` may validate: ``validation_step``, validation data, and ``limit_val_batches`` above 0.
+
+        Decided without requesting the validation loaders.
+        """
+        trainer = self._trainer
         if not is_overridden(trainer.module, "validation_step", Module) or trainer.limit_val_batches == 0:
+            return False
+        return self._fit_given[1] is not None or self.defines("val_dataloader")
+
+    def setup_train(self) -> None:
+        """Request and prepare the training loader, once per ``fit``."""
+        if self._train_ready:
+            return
+        self._train_ready = True
+        train = self._fit_given[0]
+        train = train if train is not None else self.source("train_dataloader")
+        if train is None:
+            raise MisconfigurationError("train_dataloader() returned None: fit() needs training data.")
+        self.train_loader = self._train_loader(train)
+        self.num_training_batches = limit_batches(
+            num_batches(self.train_loader), self._trainer.limit_train_batches, "limit_train_batches"
+        )
+
+    def setup_val(self) -> None:
+        """Request and prepare ``fit``'s validation loaders, once per ``fit`` (none when it cannot validate)."""
+        if self._val_ready:
+            return
+        self._val_ready = True
+        if not self.validation_possible:
             return  # no validation: its dataloader is not even requested
+        val = self._fit_given[1]
         loaders = as_list(val if val is not None else self.source("val_dataloader"))
         self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
+        if self._trainer.overfit_batches:
+            self.val_loaders = [sequential(v, "val_dataloaders") for v in self.val_loaders]
         self.num_val_batches = [
-            limit_batches(num_batches(v), trainer.limit_val_batches, "limit_val_batches") for v in self.val_loaders
+            limit_batches(num_batches(v), self._trainer.limit_val_batches, "limit_val_batches")
+            for v in self.val_loaders
         ]
 
     def setup_evaluation(self, fn: TrainerFn, dataloaders: Any) -> tuple[list[Any], list[float]]:
@@ -267,7 +441,8 @@ class DataConnector:
         trainer = self._trainer
         prefix = _PREFIX[fn]
         given = dataloaders if dataloaders is not None else self.source(f"{prefix}_dataloader")
-        loaders = [self.process(d, "dataloaders", False) for d in as_list(given)]
+        predicting = fn is TrainerFn.PREDICTING  # every sample predicted once: no repeats to even the shards
+        loaders = [self.process(d, "dataloaders", False, unrepeated=predicting) for d in as_list(given)]
         if not loaders:
             raise MisconfigurationError(
                 f"trainer.{fn.value}() found no data: pass dataloaders=..., or define "

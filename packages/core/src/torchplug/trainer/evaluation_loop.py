@@ -12,8 +12,9 @@ import torch
 from torchplug._errors import MisconfigurationError
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
-from torchplug.trainer.data import batch_transfer
+from torchplug.trainer.data import IndexBatchSampler, batch_transfer, with_batch_indices
 from torchplug.trainer.hooks import is_overridden
+from torchplug.trainer.metrics import BATCH_EVAL, EPOCH
 from torchplug.trainer.optimization import accepts_batch_idx
 from torchplug.trainer.states import RunningStage
 
@@ -105,14 +106,30 @@ class EvaluationLoop:
         hooks: Runs the callbacks' and the module's hooks.
         logging: Receives the logged metrics.
         stage: :attr:`RunningStage.VALIDATING` or :attr:`RunningStage.TESTING`.
+        inside_fit: The validation loop of ``fit``: the step at which each batch's metrics are
+            logged counts on across its runs (until :meth:`reset_step_counts`), as in Lightning.
+            Otherwise it starts from 0 at each run.
     """
 
-    def __init__(self, trainer: Trainer, hooks: HookRunner, logging: LoggerConnector, stage: RunningStage) -> None:
+    def __init__(
+        self,
+        trainer: Trainer,
+        hooks: HookRunner,
+        logging: LoggerConnector,
+        stage: RunningStage,
+        inside_fit: bool = False,
+    ) -> None:
         self.trainer = trainer
         self._hooks = hooks
         self._logging = logging
         self.stage = stage
         self._modes = _ModuleModes()
+        self._inside_fit = inside_fit
+        self._seen: dict[int, int] = {}  # batches evaluated per dataloader: the logger step of their metrics
+
+    def reset_step_counts(self) -> None:
+        """Start counting the logger steps of per-batch metrics from 0 again (at the start of a ``fit``)."""
+        self._seen = {}
 
     def run(
         self,
@@ -137,17 +154,22 @@ class EvaluationLoop:
         trainer.state.stage = RunningStage.SANITY_CHECKING if sanity else self.stage
         step = _step_function(trainer, step_name, len(loaders))
         results.set_stage(store, reset=True)
-        results.defaults = (False, True)
+        results.phase = EPOCH
+        if not self._inside_fit:
+            self._seen = {}
         self._model_eval(infix)
         hooks.call(f"on_{infix}_start")
         hooks.call(f"on_{infix}_epoch_start")
         on_start = hooks.batch_hooks(f"on_{infix}_batch_start")
         on_end = hooks.batch_hooks(f"on_{infix}_batch_end")
         several = len(loaders) > 1
+        log_steps = not sanity and bool(self._logging.loggers)
+        seen = self._seen
+        results.phase = BATCH_EVAL
         with grad_context(trainer):
             for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
                 transfer = batch_transfer(trainer, loader_idx)
-                results.suffix = f"/dataloader_idx_{loader_idx}" if several else ""
+                results.dataloader_idx = loader_idx if several else None
                 extra = (loader_idx,) if several else ()
                 for batch_idx, batch in enumerate(loader):
                     if batch_idx >= limit:
@@ -159,17 +181,26 @@ class EvaluationLoop:
                     outputs = step(batch, batch_idx, *extra)
                     for hook in on_end:
                         hook(outputs, batch, batch_idx, *extra)
-        results.suffix = ""
+                    if not sanity:
+                        count = seen.get(loader_idx, 0)
+                        seen[loader_idx] = count + 1
+                        if log_steps:
+                            self._logging.log_eval_step_metrics(count)
+                if several:
+                    results.compute_epoch(store, loader_idx)  # this dataloader's values, now it is done
+        results.dataloader_idx = None
+        results.phase = EPOCH
         if after_batches is not None:
             after_batches()
         hooks.call(f"on_{infix}_epoch_end")
         results.compute_epoch(store)
-        metrics = results.epoch_metrics(store)
         if not sanity:
             self._logging.log_epoch_metrics(store, trainer.fit_loop.progress.stepped_batches)
+        results.phase = None
         hooks.call(f"on_{infix}_end")
+        results.reset_metric_objects(store)
         self._model_train(infix)
-        return _split_by_loader(metrics, len(loaders))
+        return results.results_per_dataloader(store, len(loaders))
 
     def _model_eval(self, infix: str) -> None:
         self._modes.capture(self.trainer.module)
@@ -183,61 +214,83 @@ class EvaluationLoop:
             self._modes.restore()
 
 
-def _split_by_loader(metrics: dict[str, float], count: int) -> list[dict[str, float]]:
-    if count <= 1:
-        return [dict(metrics)]
-    out: list[dict[str, float]] = [{} for _ in range(count)]
-    for key, value in metrics.items():
-        for idx in range(count):
-            if key.endswith(f"/dataloader_idx_{idx}"):
-                out[idx][key] = value
-    return out
-
-
 class PredictionLoop:
     """Runs ``predict_step`` over dataloaders and keeps the predictions.
 
     Args:
         trainer: The Trainer (read through its public API).
         hooks: Runs the callbacks' and the module's hooks.
+
+    Attributes:
+        current_batch_indices: The dataset indices of the batch being predicted, while a prediction
+            writer (:class:`torchplug.callbacks.BasePredictionWriter`) is attached; None otherwise, or
+            for a loader whose batches have no indices (an iterable dataset).
+        epoch_batch_indices: Per dataloader, the indices of every batch predicted so far, while a
+            writer that writes at the epoch's end is attached.
     """
 
     def __init__(self, trainer: Trainer, hooks: HookRunner) -> None:
         self.trainer = trainer
         self._hooks = hooks
         self._modes = _ModuleModes()
+        self._predictions: list[list[Any]] = []
+        self.current_batch_indices: list[int] | None = None
+        self.epoch_batch_indices: list[list[list[int]]] = []
+
+    @property
+    def predictions(self) -> Any:
+        """The predictions of the last run: a list of batches, or one such list per dataloader when several."""
+        return self._predictions[0] if len(self._predictions) == 1 else self._predictions
 
     def run(self, loaders: list[Any], limits: list[float], keep: bool) -> list[list[Any]]:
-        """Predict over ``loaders``; return the predictions per dataloader (empty lists unless ``keep``)."""
+        """Predict over ``loaders``; return the predictions per dataloader (empty lists unless ``keep``).
+
+        Predictions are also kept, whatever ``keep`` says, while a prediction writer that writes at
+        the epoch's end is attached (it receives them in ``write_on_epoch_end``).
+        """
+        from torchplug.callbacks.prediction_writer import BasePredictionWriter
+
         trainer, hooks = self.trainer, self._hooks
+        writers = [c for c in trainer.callbacks if isinstance(c, BasePredictionWriter)]
+        on_epoch = any(w.interval.on_epoch for w in writers)
+        keep = keep or on_epoch
+        if writers:  # decided once: the indices cost a sampler wrapper, paid only by runs that write
+            loaders = [with_batch_indices(loader) for loader in loaders]
         trainer.state.stage = RunningStage.PREDICTING
         step = _step_function(trainer, "predict_step", len(loaders))
         self._modes.capture(trainer.module)
+        self._predictions = [[] for _ in loaders]
+        self.epoch_batch_indices = [[] for _ in loaders]
+        self.current_batch_indices = None
         hooks.call_module("on_predict_model_eval")
         hooks.call("on_predict_start")
         hooks.call("on_predict_epoch_start")
         on_start = hooks.batch_hooks("on_predict_batch_start")
         on_end = hooks.batch_hooks("on_predict_batch_end")
         several = len(loaders) > 1
-        predictions: list[list[Any]] = []
         with grad_context(trainer):
             for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
                 transfer = batch_transfer(trainer, loader_idx)
                 extra = (loader_idx,) if several else ()
-                kept: list[Any] = []
+                kept = self._predictions[loader_idx]
+                sampler = getattr(loader, "batch_sampler", None) if writers else None
+                tracker = sampler if isinstance(sampler, IndexBatchSampler) else None
                 for batch_idx, batch in enumerate(loader):
                     if batch_idx >= limit:
                         break
+                    if tracker is not None:  # the sampler ran ahead of this batch (in order), never behind it
+                        self.current_batch_indices = tracker.seen_batch_indices[batch_idx]
+                        if on_epoch:
+                            self.epoch_batch_indices[loader_idx].append(self.current_batch_indices)
                     batch = transfer(batch)
                     for hook in on_start:
                         hook(batch, batch_idx, *extra)
                     output = step(batch, batch_idx, *extra)
-                    for hook in on_end:
-                        hook(output, batch, batch_idx, *extra)
                     if keep:
                         kept.append(output)
-                predictions.append(kept)
+                    for hook in on_end:
+                        hook(output, batch, batch_idx, *extra)
         hooks.call("on_predict_epoch_end")
         hooks.call("on_predict_end")
         self._modes.restore()
-        return predictions
+        return self._predictions

@@ -6,7 +6,16 @@ import enum
 from dataclasses import dataclass, field, fields
 from typing import Any
 
-__all__ = ["FitProgress", "RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"]
+__all__ = ["ExitRun", "FitProgress", "RunningStage", "TrainerFn", "TrainerState", "TrainerStatus"]
+
+
+class ExitRun(Exception):
+    """Raised inside ``fit`` (from a callback's ``on_fit_start``) to end the run at once, as a success.
+
+    The Trainer tears down and returns from ``fit`` without training, without calling the
+    ``on_exception`` hooks and without telling the loggers that the run failed. The tuner's
+    finders raise it when :class:`torchplug.tuner.Tuner` runs them in a fit of their own.
+    """
 
 
 class TrainerFn(str, enum.Enum):
