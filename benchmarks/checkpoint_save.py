@@ -18,10 +18,13 @@ What is measured:
     * ``torch.load(path)`` of the raw file and ``TorchCheckpointIO().load_checkpoint(path)``
       (both ``weights_only=True``; the files were just written, so they come from the page cache);
     * ``AsyncCheckpointIO(TorchCheckpointIO())``: the time ``save_checkpoint`` blocks the caller
-      on a fresh instance (first save: the staging buffers are allocated) and on an instance that
-      has saved before (steady state: the buffers are reused; the parameters are changed in place
-      between saves, as training does), and the time from the start of the save until ``flush()``
-      returns (the file is complete);
+      on a fresh instance (first save) and on an instance that has saved before (steady state: the
+      buffers are reused; the parameters are changed in place between saves, as training does),
+      and the time from the start of the save until ``flush()`` returns (the file is complete).
+      Before the first save the instance is prepared as the Trainer prepares it after the first
+      optimizer step (``prepare(checkpoint)``, which allocates and pages in the staging buffers on
+      a background thread; untimed, as it overlaps training steps); a "cold" first save, on an
+      instance never prepared, is reported beside it without a target;
     * snapshot strategies alone (no write): a fresh ``clone()`` of every tensor (what Lightning's
       AsyncCheckpointIO does on every save) against a copy into reused buffers, each with one
       intra-op thread and with torch's default, to show what makes the snapshot cheap.
@@ -134,9 +137,18 @@ class AsyncProbe:
     def first(self) -> float:
         io = AsyncCheckpointIO(TorchCheckpointIO())
         try:
+            io.prepare(self.checkpoint)  # what the Trainer does after the first optimizer step
+            io.flush()  # untimed: the preparation runs in the background while training goes on
             return self._save(io, "first")
         finally:
             io.teardown()  # frees the staging buffers: the next round allocates afresh
+
+    def cold(self) -> float:
+        io = AsyncCheckpointIO(TorchCheckpointIO())
+        try:
+            return self._save(io, "cold")
+        finally:
+            io.teardown()
 
     def steady_state(self) -> float:
         with torch.no_grad():
@@ -268,6 +280,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             ckpt_new, lambda: io.save_checkpoint(checkpoint, str(ckpt_new))
         ),
         "async: blocks (first save)": first,
+        "async: blocks (first save, cold)": probe.cold,
         "async: blocks (steady)": steady,
     }
     loads: dict[str, Op] = {
@@ -287,6 +300,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
         ("TorchCheckpointIO.save / torch.save, new file", "TorchCheckpointIO.save (new file)", "torch.save (new file)"),
         ("TorchCheckpointIO.load / torch.load", "TorchCheckpointIO.load", "torch.load"),
         ("async blocks (first save) / sync save", "async: blocks (first save)", "TorchCheckpointIO.save"),
+        ("async blocks (first save, cold) / sync save", "async: blocks (first save, cold)", "TorchCheckpointIO.save"),
         ("async blocks (steady) / sync save", "async: blocks (steady)", "TorchCheckpointIO.save"),
         ("async total until flush / sync save", "async: total until flush", "TorchCheckpointIO.save"),
     ]

@@ -102,6 +102,62 @@ def test_srun_trains_ddp_over_two_ranks(reference: Path) -> None:
     assert same(weights(reference, 0), weights(reference, 1))
 
 
+def one_process_reference(epochs: int = EPOCHS, world_size: int = 2) -> dict[str, torch.Tensor]:
+    """The weights data-parallel training of train.py must reach, in one process on the same global batch.
+
+    Each step sums the gradients of every rank's batch of 16 (the shards a DistributedSampler gives
+    each rank, seed 0, reshuffled per epoch) divided by the number of ranks: DDP's average.
+    """
+    from torch.utils.data import DistributedSampler
+
+    from tests.env_slurm.scripts.train import MLP, dataset
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(0)
+            model = MLP()
+            optimizer = model.configure_optimizers()
+            data = dataset()
+            for epoch in range(epochs):
+                shards = []
+                for rank in range(world_size):
+                    sampler = DistributedSampler(data, num_replicas=world_size, rank=rank, shuffle=True, seed=0)
+                    sampler.set_epoch(epoch)
+                    shards.append(list(sampler))
+                for start in range(0, len(shards[0]), 16):
+                    for shard in shards:
+                        x, y = data[shard[start : start + 16]]
+                        (torch.nn.functional.mse_loss(model.net(x), y) / world_size).backward()
+                    optimizer.step()
+                    optimizer.zero_grad()
+            return {k: v.detach().clone() for k, v in model.state_dict().items()}
+    finally:
+        torch.set_num_threads(threads)
+
+
+@pytest.mark.parametrize("job", ["ddp", "fsdp-sharded-checkpoints"])
+def test_srun_job_reaches_the_weights_of_one_process_on_the_same_global_batch(
+    slurm: Cluster, reference: Path, tmp_path: Path, job: str
+) -> None:
+    out = reference
+    if job != "ddp":
+        command = ["srun", "-n2", *TRAIN, "--out", str(tmp_path), "--max-epochs", str(EPOCHS), "--sharded"]
+        result = slurm.run(command, timeout=300, check=False)
+        assert result.returncode == 0, f"{result.stdout}\n{result.stderr}"
+        out = tmp_path
+        assert report(out, 0)["strategy"] == "FSDPStrategy"
+        last = out / "root" / "checkpoints" / "last.ckpt"
+        assert sorted(p.name for p in last.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+    expected = one_process_reference()
+    for rank in (0, 1):
+        actual = weights(out, rank)
+        assert actual.keys() == expected.keys()
+        for key in expected:
+            torch.testing.assert_close(actual[key], expected[key], rtol=1e-5, atol=1e-6, msg=f"rank {rank}: {key}")
+
+
 def test_sbatch_job_is_preempted_requeues_itself_and_resumes_exactly(
     slurm: Cluster, reference: Path, tmp_path: Path
 ) -> None:

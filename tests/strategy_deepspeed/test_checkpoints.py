@@ -88,6 +88,15 @@ def test_a_directory_consolidates_into_one_ordinary_checkpoint(trained: Trained,
         assert torch.equal(value, full[key]), key
     code = consolidate_command(["consolidate", str(source / "final.ckpt"), str(tmp_path / "cli.ckpt")])
     assert code == 0 and (tmp_path / "cli.ckpt").is_file()
+    # The core's command reads DeepSpeed's directories too (strategy-deepspeed answers its reader hook).
+    from torchplug.cli import main as core
+
+    assert core(["checkpoint", "consolidate", str(source / "final.ckpt"), str(tmp_path / "core.ckpt")]) == 0
+    assert all(
+        torch.equal(v, full[k])
+        for k, v in Regressor.load_from_checkpoint(str(tmp_path / "core.ckpt")).state_dict().items()
+    )
+    assert core(["checkpoint", "inspect", str(source / "final.ckpt")]) == 0
 
 
 @pytest.mark.parametrize("stage", [2, 3])

@@ -66,6 +66,20 @@ def test_using_deepspeed_raises_the_same_hint(tmp_path: Path) -> None:
         assert isinstance(info.value, ImportError) and isinstance(info.value, PluginUnavailableError)
 
 
+@pytest.mark.usefixtures("no_deepspeed")
+def test_core_checkpoint_recognises_a_deepspeed_directory_and_says_what_to_install(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from torchplug.cli import main
+
+    code = main(["checkpoint", "consolidate", str(_fake_checkpoint(tmp_path)), str(tmp_path / "one.ckpt")])
+    assert code == 1
+    assert (
+        capsys.readouterr().err.strip()
+        == f"core checkpoint consolidate: error: DeepSpeedUnavailableError: {NOT_INSTALLED}"
+    )
+
+
 def _fake_checkpoint(tmp_path: Path) -> Path:
     import torch
 

@@ -474,3 +474,39 @@ def test_without_generic_events_the_snapshot_waits_through_torch_accelerator(mon
     assert waited == [torch.device("xpu", 0)]
     assert _snapshot._record_event(torch.device("xla", 0)) is None  # not torch's accelerator: nothing to wait on
     assert waited == [torch.device("xpu", 0)]
+
+
+# -- preparing the staging memory ahead of the first save ----------------------------------------
+
+
+def test_prepare_allocates_the_staging_buffers_the_first_save_then_uses(tmp_path: Path, io_: Any) -> None:
+    from torchplug.io._snapshot import Slot, storages_of
+
+    model, optimizer = training_state()
+    checkpoint = trainer_checkpoint(model, optimizer, step=1)
+    slot = Slot()
+    sources = storages_of(checkpoint)
+    slot.reserve(sources)
+    reserved = {buffer.data_ptr() for bucket in slot.pool.values() for buffer in bucket}
+    assert len(reserved) == len(sources)  # one paged-in buffer per storage, nothing copied yet
+    staged = slot.stage(sources)
+    assert {buffer.data_ptr() for buffer in staged.values()} == reserved  # the first save copies into them
+
+    io = make(io_, TorchCheckpointIO())
+    io.prepare(checkpoint)  # in the background
+    io.flush()  # waits for the preparation too
+    io.save_checkpoint(checkpoint, str(tmp_path / "first.ckpt"))
+    expected = copy.deepcopy(checkpoint)
+    train_step(model, optimizer)  # the live tensors move on at once
+    io.flush()
+    assert_same(io.load_checkpoint(str(tmp_path / "first.ckpt"), weights_only=False), expected)
+
+
+def test_prepare_never_waits_for_a_slot_in_use(tmp_path: Path, io_: Any) -> None:
+    gated = GatedIO()
+    io = make(io_, gated)
+    io.save_checkpoint({"x": torch.ones(4)}, str(tmp_path / "a.ckpt"))  # holds the only slot
+    io.prepare({"x": torch.ones(4)})  # returns at once: the slot in use is reused as it is
+    gated.gate.set()
+    io.flush()
+    assert gated.written == ["a.ckpt"]

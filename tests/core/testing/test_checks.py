@@ -59,6 +59,8 @@ def test_the_core_cpu_accelerator_conforms_with_two_processes(broken_host: Plugi
         ("single_device", "strategy"),
         ("bf16-mixed", "precision"),
         ("torch", "checkpoint_io"),
+        ("dcp", "checkpoint_io"),
+        ("dcp_async", "checkpoint_io"),
         ("local", "cluster_environment"),
     ],
 )

@@ -74,22 +74,33 @@ def main() -> int:
     parser.add_argument("--strategy", default="auto")
     parser.add_argument("--max-epochs", type=int, default=4)
     parser.add_argument("--sleep", type=float, default=0.0)
+    parser.add_argument(
+        "--sharded", action="store_true", help="FSDP with sharded checkpoints (DCP), saved every 4 steps under root/"
+    )
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
     torch.manual_seed(0)
     model = MLP()
     pace = Pace(args.out, args.sleep)
+    strategy: Any = args.strategy
+    callbacks: list[Any] = [pace]
+    if args.sharded:
+        from torchplug.callbacks.model_checkpoint import ModelCheckpoint
+        from torchplug.strategies.fsdp import FSDPStrategy
+
+        strategy = FSDPStrategy(state_dict_type="sharded")
+        callbacks.append(ModelCheckpoint(every_n_train_steps=4, save_top_k=2, save_last=True))
     trainer = torchplug.Trainer(
         accelerator="cpu",
         devices="auto",
-        strategy=args.strategy,
+        strategy=strategy,
         max_epochs=args.max_epochs,
         enable_progress_bar=False,
         logger=False,
-        enable_checkpointing=False,
+        enable_checkpointing=args.sharded,
         num_sanity_val_steps=0,
-        callbacks=[pace],
+        callbacks=callbacks,
         default_root_dir=args.out / "root",
     )
     trainer.fit(model, DataLoader(dataset(), batch_size=16, shuffle=True))
@@ -109,7 +120,11 @@ def main() -> int:
     if trainer.preempted:  # the checkpoint is written and the job requeued: SLURM ends this run now
         _write_json(args.out / f"preempted.rank{rank}.json", report)
         return 0
-    torch.save({k: v.detach().clone() for k, v in model.state_dict().items()}, args.out / f"weights.rank{rank}.pt")
+    # Sharded parameters (FSDP) are gathered whole, on every rank, to compare them.
+    weights = {
+        k: (v.full_tensor() if hasattr(v, "full_tensor") else v).detach().clone() for k, v in model.state_dict().items()
+    }
+    torch.save(weights, args.out / f"weights.rank{rank}.pt")
     _write_json(args.out / f"report.rank{rank}.json", report)
     return 0
 

@@ -188,6 +188,17 @@ def torchplug_register_checkpoint_io(registry: Registry[CheckpointIO]) -> None:
         "torchplug.io.async_io:AsyncCheckpointIO",
         description="Snapshots on the training thread, writes in the background",
     )
+    registry.register(
+        "dcp",
+        "torchplug.io.dcp_io:DistributedCheckpointIO",
+        description="Sharded checkpoint directories, every process writing its shards (torch.distributed.checkpoint)",
+    )
+    registry.register(
+        "dcp_async",
+        "torchplug.io.dcp_io:DistributedCheckpointIO",
+        description="Sharded checkpoints saved in the background (torch.distributed.checkpoint.async_save)",
+        async_save=True,
+    )
 
 
 @hookimpl

@@ -45,6 +45,7 @@ __all__ = [
     "REGISTRATION_HOOKS",
     "hookimpl",
     "hookspec",
+    "torchplug_checkpoint_reader",
     "torchplug_environment_report",
     "torchplug_register_accelerators",
     "torchplug_register_checkpoint_io",
@@ -167,6 +168,24 @@ def torchplug_environment_report() -> dict[str, Any] | None:
     """
 
 
+@hookspec
+def torchplug_checkpoint_reader(path: str) -> str | None:
+    """Offer to read a checkpoint of a format this plugin knows, for ``core checkpoint inspect|consolidate``.
+
+    Args:
+        path: A local path or fsspec URL that is neither an ordinary checkpoint file nor a sharded
+            (``torch.distributed.checkpoint``) directory, which the core reads itself.
+
+    Return value: ``"module:function"``, a function taking the path and returning the checkpoint
+    as one dict (the model's whole weights under ``state_dict``, plus the entries the format
+    keeps: ``hyper_parameters``, ``epoch``, ``global_step``...), or None when the path is not in
+    this plugin's format. The first plugin that answers reads it.
+
+    Called by ``core checkpoint`` and ``torchplug.io.consolidate_checkpoint`` only. Decide from the
+    files' names: import neither torch nor your vendor library here (the function may).
+    """
+
+
 #: The registration hooks, one per plugin kind (the five hardware kinds and loggers).
 REGISTRATION_HOOKS: Final[dict[str, str]] = {
     "accelerator": "torchplug_register_accelerators",
@@ -178,4 +197,6 @@ REGISTRATION_HOOKS: Final[dict[str, str]] = {
 }
 
 #: Every hook name a plugin may implement.
-HOOK_NAMES: Final[frozenset[str]] = frozenset([*REGISTRATION_HOOKS.values(), "torchplug_environment_report"])
+HOOK_NAMES: Final[frozenset[str]] = frozenset(
+    [*REGISTRATION_HOOKS.values(), "torchplug_environment_report", "torchplug_checkpoint_reader"]
+)

@@ -256,6 +256,11 @@ class SLURMEnvironment(ClusterEnvironment):
         log.info("Requeued SLURM job %s%s", key, f": {output}" if output else "")
 
     @override
+    def restart_count(self) -> int:
+        """``SLURM_RESTART_COUNT``: how often SLURM requeued the job (above 0, fit resumes as with ckpt_path="auto")."""
+        return self._vars.restart_count
+
+    @override
     def resume_checkpoint_path(self, root_dir: str, checkpoint_io: CheckpointIO) -> str | None:
         """The preemption checkpoint, when SLURM restarted this job (``SLURM_RESTART_COUNT`` > 0) and it exists.
 

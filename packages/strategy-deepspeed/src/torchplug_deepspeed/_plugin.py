@@ -6,6 +6,7 @@ list`` shows each as unavailable, with the reason, where deepspeed is not instal
 
 from __future__ import annotations
 
+import os
 from typing import TYPE_CHECKING, Any, Final
 
 from torchplug import hookimpl
@@ -59,3 +60,13 @@ def torchplug_environment_report() -> dict[str, Any]:
     from torchplug_deepspeed._vendor import report
 
     return report()
+
+
+@hookimpl
+def torchplug_checkpoint_reader(path: str) -> str | None:
+    """DeepSpeed's checkpoint directories (a ``latest`` file, or a ``checkpoint`` tag) for ``core checkpoint``."""
+    if "://" in path or not os.path.isdir(path):
+        return None
+    if os.path.isfile(os.path.join(path, "latest")) or os.path.isdir(os.path.join(path, "checkpoint")):
+        return "torchplug_deepspeed._checkpoint:consolidated_checkpoint"
+    return None

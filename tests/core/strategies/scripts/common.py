@@ -72,6 +72,7 @@ class Regressor(torchplug.Module):
             outside any collective (so it cannot notice that a peer has gone), -1: none.
         log_sync: Also log ``rank_synced`` (with ``sync_dist=True``) and ``rank_local`` (without).
         dropout: Drop this fraction of the inputs in training (so the result depends on the random state).
+        optimizer: ``"sgd"`` (with momentum) or ``"adam"`` (whose state holds a step count too).
     """
 
     def __init__(
@@ -84,6 +85,7 @@ class Regressor(torchplug.Module):
         stall_rank: int = -1,
         log_sync: bool = False,
         dropout: float = 0.0,
+        optimizer: str = "sgd",
     ) -> None:
         super().__init__()
         self.save_hyperparameters()
@@ -114,6 +116,8 @@ class Regressor(torchplug.Module):
         return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
+        if self.hparams.get("optimizer", "sgd") == "adam":
+            return torch.optim.Adam(self.parameters(), lr=self.hparams.lr / 10)
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
 
 
@@ -202,8 +206,16 @@ class Recorder(Callback):
             state = trainer.strategy.module_state_dict()
         else:
             state = {k: v.detach().cpu().clone() for k, v in module.state_dict().items()}
+        if any(hasattr(v, "full_tensor") for v in state.values()):
+            # A sharded state dict (FSDP, state_dict_type="sharded") holds DTensors: gathered here, on every
+            # rank, and kept on rank 0 only, as a full state dict is.
+            state = {k: v.full_tensor().cpu() if hasattr(v, "full_tensor") else v for k, v in state.items()}
+            if self.full_state and rank != 0:
+                state = {}
         record = {
             **ranks_of(trainer),
+            "ckpt_path": trainer.ckpt_path,
+            "restart_count": int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")),
             "global_step": trainer.global_step,
             "epoch": trainer.current_epoch,
             "batches_run": self.batches_run,
@@ -215,6 +227,46 @@ class Recorder(Callback):
         if state:
             torch.save(state, self.out / f"rank{rank}.pt")
         write_json(self.out / f"rank{rank}.json", record)
+
+
+class RankRandomness(Callback):
+    """Sets each rank's random state apart at the start of a fresh fit (a resumed fit gets its own back)."""
+
+    def on_train_start(self, trainer: Any, module: Any) -> None:
+        if trainer.global_step == 0:
+            torch.rand(trainer.global_rank + 1)
+
+
+class RestoredRecorder(Callback):
+    """At the first batch of fit, records what was restored: ``restored_rank<R>.pt`` (rank 0: model, optimizers).
+
+    Rank 0's file holds the whole model and every optimizer's whole state (keyed by parameter
+    name), gathered from the shards; every rank's holds its random state at that point.
+    """
+
+    def __init__(self, out: str) -> None:
+        self.out = Path(out)
+        self.done = False
+
+    def on_train_batch_start(self, trainer: Any, module: Any, batch: Any, batch_idx: int) -> None:
+        if self.done:
+            return
+        self.done = True
+        from torch.distributed.checkpoint.state_dict import (
+            StateDictOptions,
+            get_model_state_dict,
+            get_optimizer_state_dict,
+        )
+
+        rng = torch.get_rng_state()
+        model = module  # the user's module: its parameter names, whatever wraps it
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        weights = get_model_state_dict(model, options=options)
+        optimizers = [get_optimizer_state_dict(model, o, options=options) for o in trainer.optimizers]
+        record: dict[str, Any] = {"rng": rng, "global_step": trainer.global_step}
+        if trainer.global_rank == 0:
+            record.update(state_dict=weights, optimizer_states=optimizers)
+        torch.save(record, self.out / f"restored_rank{trainer.global_rank}.pt")
 
 
 class CountingCheckpointIO(TorchCheckpointIO):

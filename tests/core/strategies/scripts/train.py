@@ -46,6 +46,11 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
         default=-1,
         help="this rank sleeps for an hour at --crash-step (stuck outside any collective)",
     )
+    parser.add_argument(
+        "--crash-once",
+        action="store_true",
+        help="crash only in the first run, not after torchrun restarted the workers (TORCHELASTIC_RESTART_COUNT)",
+    )
     parser.add_argument("--catch", action="store_true", help="record the error fit raised in error_<pid>.json")
     parser.add_argument("--log-sync", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.0)
@@ -68,27 +73,39 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resume", help="fit(ckpt_path=PATH)")
     parser.add_argument("--full-state", action="store_true", help="gather the state dict through the strategy")
     parser.add_argument("--precision", default=None, help="Trainer(precision=...)")
+    parser.add_argument("--sharded", action="store_true", help="FSDP: state_dict_type='sharded' (DCP checkpoints)")
+    parser.add_argument("--io", help="a checkpoint IO by name, in plugins= (dcp, dcp_async...)")
+    parser.add_argument("--optimizer", default="sgd", choices=("sgd", "adam"))
+    parser.add_argument("--rank-rng", action="store_true", help="set each rank's random state apart")
+    parser.add_argument("--record-restored", action="store_true", help="restored_rank<R>.pt at the first batch")
+    parser.add_argument("--top-k", type=int, default=-1, help="ModelCheckpoint(save_top_k=...) with --checkpoint")
     parser.add_argument("--manual", action="store_true", help="manual optimization (--clip through clip_gradients)")
     return parser.parse_args(argv)
 
 
 def strategy_of(args: argparse.Namespace) -> Any:
-    if args.strategy == "fsdp" and (args.wrap_linear or args.start_method != "popen"):
+    if args.strategy == "fsdp" and (args.wrap_linear or args.start_method != "popen" or args.sharded):
         from torchplug.strategies.fsdp import FSDPStrategy
 
         return FSDPStrategy(
-            auto_wrap_policy={torch.nn.Linear} if args.wrap_linear else None, start_method=args.start_method
+            auto_wrap_policy={torch.nn.Linear} if args.wrap_linear else None,
+            start_method=args.start_method,
+            state_dict_type="sharded" if args.sharded else "full",
         )
     return args.strategy
 
 
 def callbacks_of(args: argparse.Namespace) -> list[Callback]:
     callbacks: list[Callback] = [common.Recorder(args.out, full_state=args.full_state)]
+    if args.rank_rng:
+        callbacks.append(common.RankRandomness())
+    if args.record_restored:
+        callbacks.append(common.RestoredRecorder(args.out))
     if args.checkpoint:
         from torchplug.callbacks.model_checkpoint import ModelCheckpoint
 
         dirpath = None if args.default_ckpt_dir else os.path.join(args.root, "ckpts")
-        callbacks.append(ModelCheckpoint(dirpath=dirpath, every_n_train_steps=1, save_top_k=-1, save_last=True))
+        callbacks.append(ModelCheckpoint(dirpath=dirpath, every_n_train_steps=1, save_top_k=args.top_k, save_last=True))
     return callbacks
 
 
@@ -102,7 +119,9 @@ def main(argv: list[str] | None = None) -> None:
         logger = CSVLogger(args.root)
     if args.logger:
         logger = [*([logger] if logger is not False else []), *args.logger]
-    plugins = [common.CountingCheckpointIO(args.count_writes)] if args.count_writes else None
+    plugins: Any = [common.CountingCheckpointIO(args.count_writes)] if args.count_writes else None
+    if args.io:
+        plugins = [args.io]
     devices = int(args.devices) if args.devices.isdigit() else args.devices
     trainer = torchplug.Trainer(
         accelerator="cpu",
@@ -131,17 +150,19 @@ def main(argv: list[str] | None = None) -> None:
             "is_global_zero": trainer.is_global_zero,
         },
     )
+    restarted = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")) > 0
     if args.manual:
         model: common.Regressor = common.ManualRegressor(clip=args.clip, dropout=args.dropout)
     else:
         model = common.Regressor(
             unused=args.unused,
-            crash_rank=args.crash_rank,
+            crash_rank=-1 if args.crash_once and restarted else args.crash_rank,
             crash_step=args.crash_step,
             crash_how=args.crash_how,
             stall_rank=args.stall_rank,
             log_sync=args.log_sync,
             dropout=args.dropout,
+            optimizer=args.optimizer,
         )
     try:
         trainer.fit(model, common.loader(args.samples, args.batch_size), ckpt_path=args.resume)

@@ -452,6 +452,23 @@ class ModelCheckpoint(Callback):
                 return path
         return None
 
+    def complete_checkpoints(self, checkpoint_io: CheckpointIO) -> list[str]:
+        """Every complete checkpoint in :attr:`dirpath` (``*.ckpt`` files, or sharded directories with their metadata).
+
+        What ``fit(ckpt_path="auto")`` chooses from. Hidden temporaries of saves in progress or
+        killed are never listed, nor is a sharded directory whose save did not finish.
+        """
+        if self.dirpath is None:
+            return []
+        from fsspec.core import url_to_fs
+
+        fs, fs_path = url_to_fs(self.dirpath)
+        if not fs.isdir(fs_path):
+            return []
+        found = [str(p) for p in fs.glob(f"{fs_path.rstrip('/')}/*{self.FILE_EXTENSION}")]
+        paths = [f"{self.dirpath.rstrip('/')}/{p.rsplit('/', 1)[-1]}" for p in found]
+        return [p for p in paths if checkpoint_io.exists(p)]
+
     def _say(self, trainer: Trainer, message: str) -> None:
         if trainer.is_global_zero:
             print(message, flush=True)

@@ -35,7 +35,7 @@ def _version() -> str:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command-line parser of ``core`` (training subcommands are parsed by jsonargparse)."""
-    from torchplug.cli import _env, _plugins
+    from torchplug.cli import _checkpoint, _env, _plugins
 
     parser = argparse.ArgumentParser(
         prog="core",
@@ -48,6 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in TRAINING_COMMANDS.items():  # listed here; run_command parses them
         commands.add_parser(name, help=f"{help_text} (core {name} --help)", add_help=False)
     _plugins.add_parser(commands)
+    _checkpoint.add_parser(commands)
     _env.add_parser(commands)
     return parser
 

@@ -320,20 +320,18 @@ class Module(torch.nn.Module):
         """Build the module from a checkpoint's hyperparameters (updated by ``kwargs``) and load its weights.
 
         Args:
-            checkpoint_path: A local path or fsspec URL.
+            checkpoint_path: A local path or fsspec URL: a checkpoint file, or a sharded checkpoint directory.
             map_location: Where to put the tensors (as in ``torch.load``); default: the CPU.
             strict: Require the checkpoint's keys to match the module's exactly.
             weights_only: Refuse anything but tensors and plain data (pass False only for files you trust).
             **kwargs: Init arguments that replace the saved ones, or that were not saved.
         """
-        from torchplug.io.torch_io import TorchCheckpointIO
+        from torchplug.io._formats import read_weights
         from torchplug.trainer.checkpoint_layout import check_checkpoint
 
         path = os.fspath(checkpoint_path)
-        checkpoint = check_checkpoint(
-            TorchCheckpointIO().load_checkpoint(path, map_location=map_location or "cpu", weights_only=weights_only),
-            path,
-        )
+        # A file, or a sharded checkpoint directory (its shards joined, its optimizer states left out).
+        checkpoint = check_checkpoint(read_weights(path, map_location=map_location, weights_only=weights_only), path)
         init_args = {**(checkpoint.get("hyper_parameters") or {}), **kwargs}
         parameters = inspect.signature(cls.__init__).parameters.values()
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):

@@ -204,10 +204,19 @@ class ClusterEnvironment(ABC):
     def requeue(self) -> None:
         """Ask the scheduler to run the job again (called on global rank 0 after the checkpoint is written)."""
 
+    def restart_count(self) -> int:
+        """How many times the scheduler or launcher restarted this job (0 on its first run).
+
+        When it is above 0 and ``fit`` is given no ``ckpt_path``, the Trainer resumes as with
+        ``ckpt_path="auto"``: from the newest complete checkpoint of the run. Default: 0.
+        """
+        return 0
+
     def resume_checkpoint_path(self, root_dir: str, checkpoint_io: CheckpointIO) -> str | None:
         """The checkpoint a restarted job should resume from, or None for a fresh start.
 
-        Called by ``fit`` when no ``ckpt_path`` is given.
+        Called by ``fit`` when no ``ckpt_path`` is given and :meth:`restart_count` is 0 (an
+        environment that counts restarts gets ``ckpt_path="auto"`` instead).
         """
         return None
 

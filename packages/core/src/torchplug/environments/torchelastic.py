@@ -114,6 +114,11 @@ class TorchElasticEnvironment(ClusterEnvironment):
         return _read_int("LOCAL_WORLD_SIZE") if "LOCAL_WORLD_SIZE" in os.environ else None
 
     @override
+    def restart_count(self) -> int:
+        """``TORCHELASTIC_RESTART_COUNT``: how often torchrun restarted the workers (``--max-restarts``)."""
+        return _read_int("TORCHELASTIC_RESTART_COUNT") if "TORCHELASTIC_RESTART_COUNT" in os.environ else 0
+
+    @override
     def validate_settings(self, num_devices: int, num_nodes: int) -> None:
         """Check ``devices=``/``num_nodes=`` against what torchrun started.
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import torch
 
-__all__ = ["Slot", "StorageKey", "take_snapshot"]
+__all__ = ["Slot", "StorageKey", "storages_of", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -53,6 +53,24 @@ class Slot:
             self.pool.setdefault((source.device, source.numel()), []).append(buffer)
         return staged
 
+    def reserve(self, sources: dict[StorageKey, torch.Tensor]) -> None:
+        """Allocate (and page in) a buffer for each source that has none yet, without copying anything.
+
+        Run ahead of the first save, in the background: fresh memory costs its page faults once,
+        here, instead of inside the copy that blocks the caller of a save.
+        """
+        wanted: dict[tuple[torch.device, int], int] = {}
+        for source in sources.values():
+            key = (source.device, source.numel())
+            wanted[key] = wanted.get(key, 0) + 1
+        for (device, numel), count in wanted.items():
+            bucket = self.pool.setdefault((device, numel), [])
+            source = next(s for s in sources.values() if (s.device, s.numel()) == (device, numel))
+            while len(bucket) < count:
+                buffer = _staging_buffer(source)
+                buffer.zero_()  # touch every page now
+                bucket.append(buffer)
+
 
 def _staging_buffer(source: torch.Tensor) -> torch.Tensor:
     """Host memory for a copy of ``source``: pinned when it comes from an accelerator (if pinning works)."""
@@ -75,6 +93,14 @@ def take_snapshot(checkpoint: dict[str, Any], slot: Slot) -> tuple[dict[str, Any
     devices = {source.device for source in sources.values()} | rebuild.devices
     events = [_record_event(device) for device in devices if device.type not in ("cpu", "meta")]
     return snapshot, [event for event in events if event is not None]
+
+
+def storages_of(checkpoint: dict[str, Any]) -> dict[StorageKey, torch.Tensor]:
+    """A byte view of each distinct storage of the stageable tensors of ``checkpoint``."""
+    sources: dict[StorageKey, torch.Tensor] = {}
+    with torch.no_grad():
+        _collect_storages(checkpoint, sources, set())
+    return sources
 
 
 def _stageable(tensor: torch.Tensor) -> bool:

@@ -38,7 +38,7 @@ from fsspec.core import url_to_fs
 from typing_extensions import override
 
 from torchplug._errors import TorchplugError
-from torchplug.io._snapshot import Slot, take_snapshot
+from torchplug.io._snapshot import Slot, StorageKey, storages_of, take_snapshot
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 
@@ -114,6 +114,12 @@ class AsyncCheckpointIO(CheckpointIO):
             raise TypeError(f"AsyncCheckpointIO cannot wrap another AsyncCheckpointIO ({io!r}). Hint: wrap its IO.")
         if io is not None and not isinstance(io, CheckpointIO):
             raise TypeError(f"checkpoint_io={io!r} is not a CheckpointIO. Hint: pass e.g. TorchCheckpointIO().")
+        if io is not None and io.collective:
+            raise TypeError(
+                f"AsyncCheckpointIO cannot wrap {io!r}: it is collective (every process writes its shards, with "
+                "collectives that must not run on a background thread of ours). Hint: for sharded checkpoints "
+                "saved in the background use plugins=['dcp_async'] (DCP's own asynchronous save)."
+            )
         self._checkpoint_io = io
 
     @override
@@ -136,6 +142,17 @@ class AsyncCheckpointIO(CheckpointIO):
             self._writer.release_slot(slot)
             raise
         self._writer.submit(_Job(snapshot, path, _path_key(path), storage_options, io, slot, events))
+
+    @override
+    def prepare(self, checkpoint: dict[str, Any]) -> None:
+        """Allocate a staging slot's buffers for checkpoints like ``checkpoint``, in the background.
+
+        The Trainer calls it after the first optimizer step; the first save then copies into
+        memory already paged in, as every later save does, instead of paying for fresh memory
+        while the training loop waits. A save made before the preparation has finished waits
+        for it (as it waits for a slot). :meth:`flush` waits for it too.
+        """
+        self._writer.prepare(storages_of(checkpoint))
 
     @override
     def load_checkpoint(self, path: str, map_location: Any | None = None, weights_only: bool = True) -> dict[str, Any]:
@@ -161,7 +178,7 @@ class AsyncCheckpointIO(CheckpointIO):
 
     @override
     def flush(self) -> None:
-        """Block until every save started so far is written, then raise the error of any that failed.
+        """Block until every save started so far is written (and a :meth:`prepare` is done), then raise any failure.
 
         Raises:
             CheckpointSaveError: A background save failed since the last report.
@@ -242,6 +259,7 @@ class _Writer:
         self.failures: list[tuple[str, BaseException]] = []
         self.thread: threading.Thread | None = None
         self.stopping = False
+        self.preparing = 0  # slots whose buffers are being reserved (see prepare)
 
     def acquire_slot(self) -> Slot:
         """A free staging slot; waits for the oldest write when ``max_pending`` slots are in use."""
@@ -252,6 +270,31 @@ class _Writer:
                 return self.free_slots.pop()
             self.slots += 1
             return Slot()
+
+    def prepare(self, sources: dict[StorageKey, torch.Tensor]) -> None:
+        """Reserve staging buffers for ``sources`` in a free (or new) slot, on a short-lived background thread."""
+        with self.cond:
+            if self.free_slots:
+                slot = self.free_slots.pop()
+            elif self.slots < self.max_pending:
+                self.slots += 1
+                slot = Slot()
+            else:
+                return  # every slot holds a snapshot being written: they are reused as they are
+            self.preparing += 1
+
+        def reserve() -> None:
+            try:
+                slot.reserve(sources)
+            except Exception as exc:  # only an optimisation: the first save allocates instead
+                log.warning("Preparing the staging memory of asynchronous checkpoints failed: %r", exc)
+            finally:
+                with self.cond:
+                    self.preparing -= 1
+                    self.free_slots.append(slot)
+                    self.cond.notify_all()
+
+        threading.Thread(target=reserve, name="torchplug-checkpoint-prepare", daemon=True).start()
 
     def release_slot(self, slot: Slot) -> None:
         """Give back a slot whose snapshot was abandoned."""
@@ -274,9 +317,9 @@ class _Writer:
             return any(job.key == key for job in self.pending)
 
     def wait_idle(self) -> None:
-        """Block until nothing is queued or being written."""
+        """Block until nothing is queued, being written or being prepared."""
         with self.cond:
-            while self.pending:
+            while self.pending or self.preparing:
                 self._wait()
 
     def pop_failures(self) -> list[tuple[str, BaseException]]:

@@ -7,7 +7,7 @@ imports no torch at import time.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from typing_extensions import override
 
@@ -24,10 +24,21 @@ class CheckpointIO(ABC):
     :meth:`save_checkpoint` leaves any earlier file at ``path`` intact, and never leaves a
     half-written file under the final name.
 
-    A checkpoint IO has no class attributes for the core to read: the accelerator names the one
-    it needs (``Accelerator.default_checkpoint_io``), and the user may pick another with
-    ``plugins=["async"]`` or an instance.
+    The accelerator names the checkpoint IO it needs (``Accelerator.default_checkpoint_io``), a
+    strategy may name one too (``FSDPStrategy(state_dict_type="sharded")`` needs ``dcp``), and the
+    user may pick another with ``plugins=["async"]`` or an instance.
+
+    Attributes:
+        collective: False (the default): global rank 0 alone calls :meth:`save_checkpoint`, with the
+            whole checkpoint, and every process may call :meth:`load_checkpoint` on its own. True:
+            the checkpoint is sharded, and **every** process calls :meth:`save_checkpoint` at the same
+            point with its own shards (tensors such as ``DTensor`` that know their place in the whole)
+            and :meth:`load_distributed` to read its shards back; such an IO decides how to split and
+            join them (``dcp``: ``torch.distributed.checkpoint``). :meth:`remove_checkpoint` and
+            :meth:`exists` still run on one process.
     """
+
+    collective: ClassVar[bool] = False
 
     @abstractmethod
     def save_checkpoint(self, checkpoint: dict[str, Any], path: str, storage_options: Any | None = None) -> None:
@@ -57,12 +68,50 @@ class CheckpointIO(ABC):
     def remove_checkpoint(self, path: str) -> None:
         """Delete the checkpoint at ``path`` (no error if it is already gone)."""
 
-    def exists(self, path: str) -> bool:
-        """Whether a checkpoint exists at ``path``. Default: ask fsspec."""
-        from fsspec.core import url_to_fs
+    def load_distributed(self, path: str, target: dict[str, Any], weights_only: bool = True) -> dict[str, Any]:
+        """Read a sharded checkpoint into ``target``'s tensors, on every process (:attr:`collective` IOs only).
 
-        fs, fs_path = url_to_fs(path)
-        return bool(fs.exists(fs_path))
+        Args:
+            path: An fsspec URL or local path.
+            target: What this process holds now, in the form it saves: ``{"state_dict": ...,
+                "optimizer_states": [...]}`` whose tensors (``DTensor`` shards, or whole tensors) are
+                overwritten in place with the checkpoint's values, resharded to this run's layout
+                (the checkpoint may come from another number of processes).
+            weights_only: As for :meth:`load_checkpoint`.
+
+        Returns:
+            The whole checkpoint: ``target``'s entries, filled in, and every other entry.
+
+        Raises:
+            NotImplementedError: This IO is not collective.
+        """
+        raise NotImplementedError(
+            f"{type(self).__name__} writes whole checkpoints from one process; it has no load_distributed(). "
+            "Hint: use load_checkpoint(), or a collective checkpoint IO such as 'dcp' for sharded checkpoints."
+        )
+
+    def prepare(self, checkpoint: dict[str, Any]) -> None:
+        """Allocate now, ahead of the first save, what saving checkpoints like ``checkpoint`` will need.
+
+        The Trainer calls it on every process once per ``fit``, after every optimizer has taken
+        its first step (so that lazily created optimizer state exists), with the tensors a
+        checkpoint of the run holds (``{"state_dict": ..., "optimizer_states": [...]}``), not a
+        complete checkpoint. Nothing may be written. An asynchronous IO allocates its staging
+        memory here, in the background, so that no save blocks the training loop for allocating
+        it. Default: nothing to do.
+        """
+
+    def exists(self, path: str) -> bool:
+        """Whether a checkpoint is at ``path`` (a file or a directory), not counting an unfinished sharded one.
+
+        ``ckpt_path="last"``/``"auto"`` and ``ModelCheckpoint`` choose only among checkpoints that
+        exist by this test, so a directory of DCP shards without its metadata (a save that never
+        finished) is never picked. Default: ask fsspec.
+        """
+        from torchplug.io._dcp_layout import is_unfinished, url_to_fs
+
+        fs, fs_path, _ = url_to_fs(path)
+        return bool(fs.exists(fs_path)) and not is_unfinished(fs, fs_path)
 
     def flush(self) -> None:
         """Block until every save started so far is complete and durable; raise a failed save's error.

@@ -1,8 +1,12 @@
 """Fully sharded data parallel, with torch's FSDP2 ``fully_shard``: each process holds a shard of the model.
 
 Works on any accelerator whose process-group backend supports the collectives (gloo on the CPU,
-NCCL on GPUs). Checkpoints are written as full, unsharded state dicts through the CheckpointIO,
-so they load anywhere (``Module.load_from_checkpoint``, a single device, another world size).
+NCCL on GPUs). Checkpoints are either full (``state_dict_type="full"``, the default): the state is
+gathered on rank 0, which writes one ordinary file through the CheckpointIO; or sharded
+(``"sharded"``): every process writes its own shards, in parallel, into a checkpoint directory
+through a collective CheckpointIO (``dcp``, ``torch.distributed.checkpoint``). Both load anywhere:
+another number of processes, DDP, one process (``Module.load_from_checkpoint`` reads files;
+``torchplug.io.consolidate_checkpoint`` turns a directory into one).
 """
 
 from __future__ import annotations
@@ -13,13 +17,6 @@ from datetime import timedelta
 from typing import Any, Final
 
 import torch
-from torch.distributed.checkpoint.state_dict import (
-    StateDictOptions,
-    get_model_state_dict,
-    get_optimizer_state_dict,
-    set_model_state_dict,
-    set_optimizer_state_dict,
-)
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from typing_extensions import TypeIs, override
@@ -29,9 +26,12 @@ from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
+from torchplug.strategies import _checkpoint_state
 from torchplug.strategies.ddp import DDPStrategy
 
 __all__ = ["FSDPStrategy"]
+
+_STATE_DICT_TYPES: Final = ("full", "sharded")
 
 #: What ``auto_wrap_policy`` accepts: module classes to shard on their own, or a ``module -> bool`` function.
 WrapPolicy = Iterable[type[torch.nn.Module]] | Callable[[torch.nn.Module], bool]
@@ -84,6 +84,12 @@ class FSDPStrategy(DDPStrategy):
         param_dtype: Compute dtype of the gathered parameters (FSDP's own mixed precision); None
             keeps the parameters' dtype. Independent of the precision plugin's autocast.
         reduce_dtype: Dtype of the gradient reduction; None keeps the gradients' dtype.
+        state_dict_type: How checkpoints are written. ``"full"`` (the default, for models that fit
+            one process's memory): gathered on rank 0, one ``.ckpt`` file. ``"sharded"`` (for large
+            models): each process writes its shards in parallel into a checkpoint directory, with no
+            gather, through the ``dcp`` checkpoint IO (the default then; ``dcp_async`` saves in the
+            background); model, optimizer, schedulers, loops, callbacks and every process's random
+            state are in it, and it resumes on any number of processes.
         start_method, accelerator, precision, checkpoint_io, cluster_environment, parallel_devices,
             process_group_backend, timeout: As for :class:`DDPStrategy`.
     """
@@ -95,6 +101,7 @@ class FSDPStrategy(DDPStrategy):
         reshard_after_forward: bool = True,
         param_dtype: torch.dtype | None = None,
         reduce_dtype: torch.dtype | None = None,
+        state_dict_type: str = "full",
         start_method: str = "popen",
         accelerator: Accelerator | None = None,
         precision: Precision | None = None,
@@ -119,6 +126,44 @@ class FSDPStrategy(DDPStrategy):
         self.cpu_offload = cpu_offload
         self.reshard_after_forward = reshard_after_forward
         self.mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+        if state_dict_type not in _STATE_DICT_TYPES:
+            raise MisconfigurationError(
+                f"FSDPStrategy(state_dict_type={state_dict_type!r}): choose 'full' (one file gathered on rank 0) "
+                "or 'sharded' (a directory of every process's shards, written in parallel)."
+            )
+        self.state_dict_type = state_dict_type
+
+    @property
+    @override
+    def default_checkpoint_io(self) -> str | None:
+        """``"dcp"`` for sharded checkpoints (a collective IO is needed), else the accelerator's choice."""
+        return "dcp" if self.state_dict_type == "sharded" else None
+
+    @property
+    def _sharded(self) -> bool:
+        return self.state_dict_type == "sharded"
+
+    @override
+    def configure_launcher(self) -> None:
+        """Refuse a checkpoint IO that cannot write this ``state_dict_type``, then as for DDP."""
+        if self._sharded and not self.has_checkpoint_io:  # attached without a Trainer, which would have chosen it
+            from torchplug.io.dcp_io import DistributedCheckpointIO
+
+            self.checkpoint_io = DistributedCheckpointIO()
+        io = self.checkpoint_io
+        if self._sharded and not io.collective:
+            raise MisconfigurationError(
+                f"FSDPStrategy(state_dict_type='sharded') has every process write its shards, which needs a "
+                f"collective checkpoint IO; {type(io).__name__} writes one file from rank 0. Hint: use "
+                "plugins=['dcp'] (or 'dcp_async'), or state_dict_type='full'."
+            )
+        if not self._sharded and io.collective:
+            raise MisconfigurationError(
+                f"FSDPStrategy(state_dict_type='full') gathers the whole state on rank 0 to write one file, but "
+                f"{type(io).__name__} is a collective IO for sharded checkpoints. Hint: use "
+                "FSDPStrategy(state_dict_type='sharded') with it, or a file IO such as 'torch' or 'async'."
+            )
+        super().configure_launcher()
 
     def _wraps(self, module: torch.nn.Module) -> bool:
         policy = self.auto_wrap_policy
@@ -194,34 +239,29 @@ class FSDPStrategy(DDPStrategy):
         finally:
             model.set_requires_gradient_sync(True)
 
-    _FULL = StateDictOptions(full_state_dict=True, cpu_offload=True)
-
     @override
     def module_state_dict(self) -> dict[str, Any]:
-        """The full state dict, gathered on the CPU (every process must call this; rank 0 gets it)."""
+        """Full: gathered on the CPU (every process must call this; rank 0 gets it). Sharded: this process's shards."""
         assert self.model is not None
-        return get_model_state_dict(self.model, options=self._FULL)
+        return _checkpoint_state.model_state(self.model, full=not self._sharded)
 
     @override
     def load_module_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
-        """Load a full state dict; each process keeps its shard."""
+        """Load a full state dict (each process keeps its shard) or a sharded one (``DTensor`` values)."""
         assert self.model is not None
-        options = StateDictOptions(full_state_dict=True, strict=strict)
-        set_model_state_dict(self.model, dict(state_dict), options=options)
+        _checkpoint_state.load_model_state(self.model, state_dict, strict=strict)
 
     @override
     def optimizer_state(self, optimizer: torch.optim.Optimizer) -> dict[str, Any]:
-        """The optimizer's full state dict (every process must call this)."""
-        assert self.model is not None
-        return get_optimizer_state_dict(self.model, optimizer, options=self._FULL)
+        """The optimizer's state keyed by parameter name: gathered (full) or this process's shards (collective)."""
+        assert self.model is not None and self.module is not None
+        return _checkpoint_state.optimizer_state(self.model, self.module, optimizer, full=not self._sharded)
 
     @override
     def load_optimizer_state_dict(self, optimizer: torch.optim.Optimizer, state_dict: Mapping[str, Any]) -> None:
-        """Load a full optimizer state dict into the sharded optimizer."""
-        assert self.model is not None
-        set_optimizer_state_dict(
-            self.model, optimizer, dict(state_dict), options=StateDictOptions(full_state_dict=True)
-        )
+        """Load an optimizer state, full or sharded, into the sharded optimizer."""
+        assert self.model is not None and self.module is not None
+        _checkpoint_state.load_optimizer_state(self.model, self.module, optimizer, state_dict)
 
     @override
     def clip_gradients(self, optimizer: torch.optim.Optimizer, clip_val: float, algorithm: str = "norm") -> None:
@@ -232,4 +272,5 @@ class FSDPStrategy(DDPStrategy):
 
     @override
     def __repr__(self) -> str:
-        return f"FSDPStrategy(start_method={self.start_method!r}, cpu_offload={self.cpu_offload})"
+        sharded = ", state_dict_type='sharded'" if self._sharded else ""
+        return f"FSDPStrategy(start_method={self.start_method!r}, cpu_offload={self.cpu_offload}{sharded})"

@@ -17,6 +17,7 @@ from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.precision.precision import Precision
+from torchplug.utilities.rank_zero import log
 
 if TYPE_CHECKING:
     import torch
@@ -110,6 +111,14 @@ class Strategy(ABC):
     @checkpoint_io.setter
     def checkpoint_io(self, io: CheckpointIO | None) -> None:
         self._checkpoint_io = io
+
+    @property
+    def default_checkpoint_io(self) -> str | None:
+        """The checkpoint IO (a registry name) this strategy needs unless one is given; None: the accelerator's choice.
+
+        ``FSDPStrategy(state_dict_type="sharded")`` names ``"dcp"``.
+        """
+        return None
 
     @property
     def has_checkpoint_io(self) -> bool:
@@ -409,31 +418,96 @@ class Strategy(ABC):
     # -- checkpoints --------------------------------------------------------------------------
 
     def module_state_dict(self) -> dict[str, Any]:
-        """The module's full (unsharded) state dict, as written into checkpoints."""
+        """The module's state dict, as written into checkpoints.
+
+        Whole tensors; with a collective checkpoint IO (``dcp``), DCP's form of it (each process's
+        own shards, for strategies that shard).
+        """
         assert self.module is not None
+        if self.checkpoint_io.collective:
+            from torchplug.strategies import _checkpoint_state
+
+            return _checkpoint_state.model_state(self._checkpoint_model())
         return self.module.state_dict()
 
     def load_module_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True) -> None:
-        """Load a full state dict into the module (sharding it where the strategy shards)."""
+        """Load a state dict into the module (sharding it where the strategy shards)."""
         assert self.module is not None
         self.module.load_state_dict(state_dict, strict=strict)
 
     def optimizer_state(self, optimizer: Optimizer) -> dict[str, Any]:
-        """The optimizer's full state dict, as written into checkpoints."""
+        """The optimizer's state dict, as written into checkpoints.
+
+        ``optimizer.state_dict()``; with a collective checkpoint IO, keyed by parameter name (DCP's form).
+        """
+        if self.checkpoint_io.collective:
+            from torchplug.strategies import _checkpoint_state
+
+            assert self.module is not None
+            return _checkpoint_state.optimizer_state(self._checkpoint_model(), self.module, optimizer)
         return optimizer.state_dict()
 
     def load_optimizer_state_dict(self, optimizer: Optimizer, state_dict: Mapping[str, Any]) -> None:
-        """Load a full optimizer state dict (sharding it where the strategy shards)."""
-        optimizer.load_state_dict(dict(state_dict))
+        """Load an optimizer state dict, numbered (``optimizer.state_dict()``) or keyed by parameter name."""
+        from torchplug.strategies import _checkpoint_state
+
+        if not _checkpoint_state.is_named_optimizer_state(state_dict):
+            optimizer.load_state_dict(dict(state_dict))
+            return
+        assert self.module is not None
+        _checkpoint_state.load_optimizer_state(self._checkpoint_model(), self.module, optimizer, state_dict)
+
+    def _checkpoint_model(self) -> torch.nn.Module:
+        """The user's module: DCP's state-dict functions name its parameters as ``module.state_dict()`` does.
+
+        (Not :attr:`model`: a DDP wrapper around a step dispatcher would add prefixes. FSDP2 shards
+        the module in place, so it is the module either way.)
+        """
+        assert self.module is not None
+        return self.module
+
+    def checkpoint_target(self) -> dict[str, Any]:
+        """What a sharded checkpoint is read into on this process: the live model and optimizer states in DCP's form.
+
+        Its tensors are this process's own (shards under FSDP): a collective IO overwrites them in
+        place, so the checkpoint is resharded to this run's layout, whatever wrote it.
+        """
+        from torchplug.strategies import _checkpoint_state
+
+        model = self._checkpoint_model()
+        assert self.module is not None
+        target: dict[str, Any] = {"state_dict": _checkpoint_state.model_state(model)}
+        if self.optimizers:
+            from torch.distributed.checkpoint.state_dict import get_optimizer_state_dict
+
+            # DCP's own function: it creates optimizer state not stepped yet, for the checkpoint's to land in.
+            target["optimizer_states"] = [get_optimizer_state_dict(model, o) for o in self.optimizers]
+        return target
 
     def save_checkpoint(self, checkpoint: dict[str, Any], filepath: str, storage_options: Any | None = None) -> None:
-        """Write ``checkpoint`` through the checkpoint IO, from global rank 0 only."""
-        if self.is_global_zero:
-            self.checkpoint_io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
+        """Write ``checkpoint`` through the checkpoint IO: from global rank 0, or every process for a collective IO."""
+        io = self.checkpoint_io
+        if io.collective or self.is_global_zero:
+            io.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
 
     def load_checkpoint(self, path: str, weights_only: bool = True) -> dict[str, Any]:
-        """Read a checkpoint through the checkpoint IO (every rank reads it)."""
-        return self.checkpoint_io.load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+        """Read a checkpoint (every rank reads it).
+
+        A collective IO reads each process's shards into :meth:`checkpoint_target`. A sharded
+        checkpoint directory given to another IO is read the same way, by a ``dcp`` IO made for
+        it (so one process, or FSDP with ``state_dict_type="full"``, resumes from sharded checkpoints).
+        """
+        io = self.checkpoint_io
+        if not io.collective:
+            from torchplug.io._dcp_layout import is_distributed_checkpoint
+
+            if not is_distributed_checkpoint(path):
+                return io.load_checkpoint(path, map_location="cpu", weights_only=weights_only)
+            from torchplug.io.dcp_io import DistributedCheckpointIO
+
+            log.info("%s is a sharded checkpoint: reading it with DistributedCheckpointIO", path)
+            io = DistributedCheckpointIO()
+        return io.load_distributed(path, self.checkpoint_target(), weights_only=weights_only)
 
     def remove_checkpoint(self, filepath: str) -> None:
         """Delete a checkpoint through the checkpoint IO, from global rank 0 only."""

@@ -7,6 +7,7 @@ Everything written is ``weights_only``-safe (tensors and plain data), so checkpo
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,7 +22,7 @@ from torchplug.trainer.checkpoint_layout import (
     lightning_loops,
     progress_from_lightning,
 )
-from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torchplug.utilities.seed import capture_rng_states
 
 if TYPE_CHECKING:
@@ -44,6 +45,7 @@ class CheckpointConnector:
         self._trainer = trainer
         #: The checkpoint the last run started from (None for a fresh start).
         self.ckpt_path: str | None = None
+        self._prepare_hooks: list[Any] = []
 
     # -- writing ----------------------------------------------------------------------------------
 
@@ -106,7 +108,58 @@ class CheckpointConnector:
         checkpoint = self.dump(weights_only)
         strategy = self._trainer.strategy
         strategy.save_checkpoint(checkpoint, filepath, storage_options=storage_options)
-        strategy.barrier("save_checkpoint")
+        if not strategy.checkpoint_io.collective:  # a collective IO synchronises its saves itself (and reads)
+            strategy.barrier("save_checkpoint")
+
+    def prepare_io(self) -> None:
+        """Have the checkpoint IO allocate ahead of the first save, once every optimizer has taken its first step.
+
+        Optimizers create their state lazily, on their first step; from then on a checkpoint's
+        tensors keep their sizes. So the IO is prepared (:meth:`CheckpointIO.prepare`) from an
+        optimizer post-step hook that removes itself: nothing runs on later steps, and nothing at
+        all for an IO that does not override ``prepare``.
+        """
+        from torchplug.io.checkpoint_io import CheckpointIO
+
+        trainer = self._trainer
+        if type(trainer.strategy.checkpoint_io).prepare is CheckpointIO.prepare:
+            return
+        optimizers = list(trainer.optimizers)
+        waiting = set(range(len(optimizers)))
+
+        def stepped(index: int, *_: Any) -> None:
+            waiting.discard(index)
+            if not waiting:
+                self.stop_preparing()
+                self._prepare()
+
+        self._prepare_hooks = [
+            o.register_step_post_hook(functools.partial(stepped, i)) for i, o in enumerate(optimizers)
+        ]
+        if not optimizers:
+            self._prepare()
+
+    def stop_preparing(self) -> None:
+        """Remove the hooks of :meth:`prepare_io` (at the end of ``fit``, or once they fired)."""
+        hooks, self._prepare_hooks = self._prepare_hooks, []
+        for hook in hooks:
+            hook.remove()
+
+    def _prepare(self) -> None:
+        trainer = self._trainer
+        strategy = trainer.strategy
+        io = strategy.checkpoint_io
+        if io.collective:  # DCP's form: references to this process's shards, no collective needed
+            state = {
+                "state_dict": strategy.module_state_dict(),
+                "optimizer_states": [strategy.optimizer_state(o) for o in trainer.optimizers],
+            }
+        else:  # the live tensors a save on rank 0 copies (strategies that gather copy other tensors anyway)
+            state = {
+                "state_dict": trainer.module.state_dict(),
+                "optimizer_states": [o.state_dict() for o in trainer.optimizers],
+            }
+        io.prepare(state)
 
     # -- reading ----------------------------------------------------------------------------------
 
@@ -185,9 +238,15 @@ class CheckpointConnector:
         trainer.should_stop = trainer.fit_loop.progress.should_stop
 
     def resolve_path(self, ckpt_path: str | None, fn: str) -> str | None:
-        """Turn ``ckpt_path`` (a path, ``"last"``, ``"best"`` or None) into a path, with errors in the user's words."""
+        """Turn ``ckpt_path`` (a path, "last", "best", "auto" or None) into a path, with errors in the user's words.
+
+        ``"auto"`` gives the newest complete checkpoint there is, or None (a fresh start): see
+        :meth:`newest_checkpoint`.
+        """
         if ckpt_path is None:
             return None
+        if ckpt_path == "auto":
+            return self.newest_checkpoint(fn)
         trainer = self._trainer
         checkpoint_io = trainer.strategy.checkpoint_io
         if ckpt_path in ("last", "best"):
@@ -224,9 +283,60 @@ class CheckpointConnector:
         path: str | None = environment.resume_checkpoint_path(trainer.default_root_dir, trainer.strategy.checkpoint_io)
         return path
 
+    def newest_checkpoint(self, fn: str = "fit") -> str | None:
+        """The newest complete checkpoint of this run's directories, or None: what ``ckpt_path="auto"`` resumes from.
+
+        The candidates are every complete checkpoint (a file, or a sharded directory with its
+        metadata) in each ModelCheckpoint's ``dirpath`` and the cluster environment's preemption
+        checkpoint under ``default_root_dir``; the most recently written wins. Global rank 0
+        decides, every process gets its answer.
+        """
+        trainer = self._trainer
+        io = trainer.strategy.checkpoint_io
+        path: str | None = None
+        if trainer.is_global_zero:
+            candidates: list[str] = []
+            environment = trainer.cluster_environment
+            if environment is not None:
+                candidates.append(environment.preemption_checkpoint_path(trainer.default_root_dir))
+            for callback in trainer.callbacks:
+                listed = getattr(callback, "complete_checkpoints", None)
+                if callable(listed):
+                    candidates.extend(listed(io))
+            found = [c for c in dict.fromkeys(candidates) if io.exists(c)]
+            path = max(found, key=_written_at, default=None)
+            if path is not None:
+                rank_zero_info(
+                    "%s(ckpt_path='auto'): resuming from %s, the newest of %d complete checkpoint(s)",
+                    fn,
+                    path,
+                    len(found),
+                )
+        return trainer.strategy.broadcast(path) if trainer.world_size > 1 else path
+
     def load_for_fit(self, ckpt_path: str | None) -> dict[str, Any] | None:
-        """Resolve ``ckpt_path`` (or the environment's resume path) and read the checkpoint, or None to start fresh."""
-        path = self.ckpt_path = self.resolve_path(ckpt_path, "fit") or self.auto_resume_path()
+        """Resolve ``ckpt_path`` (or the environment's resume path) and read the checkpoint, or None to start fresh.
+
+        A job that its scheduler or launcher restarted (``ClusterEnvironment.restart_count()`` > 0:
+        torchrun's elastic restarts, a requeued SLURM job) resumes as ``ckpt_path="auto"`` when no
+        ``ckpt_path`` is given.
+        """
+        environment = self._trainer.cluster_environment
+        restarts = environment.restart_count() if environment is not None else 0
+        if ckpt_path is None and restarts > 0:
+            path = self.ckpt_path = self.newest_checkpoint()
+            if path is None:
+                rank_zero_warn(
+                    f"{type(environment).__name__} says this job was restarted ({restarts} time(s)), but there is no "
+                    "complete checkpoint to resume from (ckpt_path='auto' looked in the ModelCheckpoint directories "
+                    "and for the preemption checkpoint): training starts from the beginning."
+                )
+        else:
+            path = self.ckpt_path = self.resolve_path(ckpt_path, "fit")
+            if path is None and ckpt_path is None:
+                path = self.ckpt_path = self.auto_resume_path()
+            elif path is None:
+                rank_zero_info("fit(ckpt_path='auto'): no complete checkpoint yet, training starts from the beginning")
         return None if path is None else check_checkpoint(self._trainer.strategy.load_checkpoint(path), path)
 
     def restore_for_evaluation(self, ckpt_path: str | None, fn: str) -> None:
@@ -234,6 +344,17 @@ class CheckpointConnector:
         path = self.ckpt_path = self.resolve_path(ckpt_path, fn)
         if path is not None:
             self.restore_model(check_checkpoint(self._trainer.strategy.load_checkpoint(path), path))
+
+
+def _written_at(path: str) -> float:
+    """When the checkpoint at ``path`` was written (seconds since the epoch); 0.0 when the filesystem cannot say."""
+    from fsspec.core import url_to_fs
+
+    try:
+        fs, fs_path = url_to_fs(path)
+        return float(fs.modified(fs_path).timestamp())
+    except (NotImplementedError, OSError, ValueError, AttributeError):
+        return 0.0
 
 
 def gradients_of(module: torch.nn.Module) -> list[torch.Tensor | None]:

@@ -360,13 +360,14 @@ class _Resolver:
                 f"{_label(strategy.checkpoint_io)}) and by plugins=[{plugin!r}]. Choose one."
             )
         registry = self.host.registry("checkpoint_io")
-        default_name = accelerator.default_checkpoint_io or "torch"
+        default_name = strategy.default_checkpoint_io or accelerator.default_checkpoint_io or "torch"
+        default_of = _label(strategy) if strategy.default_checkpoint_io else _label(accelerator)
         if default_name not in registry:
             hint = INSTALL_HINTS["checkpoint_io"].get(default_name)
             self.note(
                 "checkpoint_io (default)",
                 "torch",
-                f"{_label(accelerator)} prefers {default_name!r}, which is not installed"
+                f"{default_of} prefers {default_name!r}, which is not installed"
                 + (f"; Hint: pip install {hint}" if hint else ""),
             )
             default_name = "torch"
@@ -380,10 +381,10 @@ class _Resolver:
         else:
             default = registry.resolve(default_name)
             io = _create(default)
-            self.note("checkpoint_io", default_name, f"default of {_label(accelerator)}")
+            self.note("checkpoint_io", default_name, f"default of {default_of}")
         if isinstance(io, _WrappingIO) and io.checkpoint_io is None:  # a wrapper with nothing inside
             io.checkpoint_io = _create(default or registry.resolve(default_name))
-            self.note("checkpoint_io (wrapped)", default_name, f"default of {_label(accelerator)}")
+            self.note("checkpoint_io (wrapped)", default_name, f"default of {default_of}")
         return io
 
 

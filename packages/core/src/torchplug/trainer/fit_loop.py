@@ -349,7 +349,8 @@ class FitLoop:
         _set_sampler_epoch(loader, progress.epoch)
         iterator: Iterator[Any] = loader.batches() if isinstance(loader, CombinedLoader) else iter(loader)
         if progress.batches_done:
-            _skip(iterator, progress.batches_done)
+            # Never past the end: resumed on more processes (or less data), the epoch may be shorter now.
+            _skip(iterator, int(min(progress.batches_done, self._data.num_training_batches)))
         if self._resume_rng is not None:
             restore_rng_states(self._resume_rng)
             self._resume_rng = None

@@ -470,6 +470,7 @@ class Trainer(TrainerProperties):
                 self._logging.log_hyperparams()
             if checkpoint is not None:
                 self._checkpoints.restore_training_state(checkpoint)
+            self._checkpoints.prepare_io()
             self._preemption.start()
             self.module.zero_grad()  # gradients left from before the run are not this run's
             with _anomaly_detection(self.detect_anomaly):
@@ -484,6 +485,7 @@ class Trainer(TrainerProperties):
             raise
         finally:
             try:
+                self._checkpoints.stop_preparing()
                 self._teardown("fit")  # flushes checkpoint writes before a held-back SIGTERM may be re-sent
             finally:
                 self._preemption.stop()

@@ -45,7 +45,19 @@ def init_process_group(environment: ClusterEnvironment, backend: str, timeout: t
         raise MisconfigurationError("This torch build has no torch.distributed; use a single-device strategy.")
     address = f"tcp://{_format_host(environment.main_address)}:{environment.main_port}"
     log.info("rank %d/%d joining the %s process group at %s", rank, world_size, backend, address)
-    dist.init_process_group(backend, init_method=address, world_size=world_size, rank=rank, timeout=timeout)
+    restarts = environment.restart_count()
+    if restarts > 0:
+        # A restarted job may meet in the store of its first run (torchrun's agent keeps its store and
+        # MASTER_PORT across --max-restarts): the keys of the dead workers would still be there, and gloo
+        # would connect to their closed ports. Each run gets its own namespace of that store.
+        from torch.distributed import PrefixStore  # type: ignore[attr-defined]  # public, not re-exported in the stubs
+        from torch.distributed.rendezvous import rendezvous
+
+        store, _, _ = next(rendezvous(address, rank=rank, world_size=world_size, timeout=timeout))
+        store = PrefixStore(f"torchplug/restart{restarts}/", store)
+        dist.init_process_group(backend, store=store, world_size=world_size, rank=rank, timeout=timeout)
+    else:
+        dist.init_process_group(backend, init_method=address, world_size=world_size, rank=rank, timeout=timeout)
     atexit.register(_destroy)
 
 

@@ -1,0 +1,104 @@
+"""``core checkpoint inspect|consolidate`` and ``torchplug.io.consolidate_checkpoint``, on both formats."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import pytest
+import torch
+
+import torchplug
+from tests.core.cli.conftest import Core
+from tests.core.trainer.models import BlobData, Classifier, quiet, weights
+from torchplug import MisconfigurationError
+from torchplug.io import consolidate_checkpoint, inspect_checkpoint
+
+STEPS = 16  # one epoch of 512 samples in batches of 32
+
+
+@pytest.fixture(scope="module")
+def written(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, torch.Tensor]]:
+    """One fit (one process) saving its final state twice: a file (``torch``) and a sharded directory (``dcp``)."""
+    root = tmp_path_factory.mktemp("ckpts")
+    torch.manual_seed(0)
+    model = Classifier(hidden=24, scheduler="step")
+    trainer = torchplug.Trainer(**quiet(max_epochs=1))
+    trainer.fit(model, datamodule=BlobData())
+    trainer.save_checkpoint(root / "model.ckpt")
+    sharded = torchplug.Trainer(**quiet(max_epochs=1, plugins=["dcp"]))
+    sharded.fit(model, datamodule=BlobData(), ckpt_path=str(root / "model.ckpt"))  # resumes at the end: saves as is
+    sharded.save_checkpoint(root / "sharded.ckpt")
+    return root, weights(model)
+
+
+def test_inspect_a_file(written: tuple[Path, Any], core: Core) -> None:
+    root, _ = written
+    result = core("checkpoint", "inspect", str(root / "model.ckpt"))
+    assert result.code == 0, result
+    assert "format       file" in result.out
+    assert f"epoch        1    global_step {STEPS}" in result.out  # the epoch to run next
+    assert "net.0.weight  float32 (24, 16)" in result.out
+    assert "optimizer 0  state for 4 parameter(s), 1 group(s)" in result.out
+    assert "schedulers   1" in result.out
+    summary = json.loads(core("checkpoint", "inspect", str(root / "model.ckpt"), "--json").out)
+    assert summary["parameters"] == 24 * 16 + 24 + 4 * 24 + 4
+    assert summary["hyper_parameters"]["hidden"] == 24 and summary["torchplug_version"] == torchplug.__version__
+
+
+def test_inspect_a_sharded_directory_without_reading_its_tensors(written: tuple[Path, Any], core: Core) -> None:
+    root, _ = written
+    result = core("checkpoint", "inspect", str(root / "sharded.ckpt"), "--json")
+    assert result.code == 0, result
+    summary = json.loads(result.out)
+    assert (summary["format"], summary["processes"], summary["global_step"]) == ("sharded", 1, STEPS)
+    assert summary["tensors"]["net.0.weight"] == {"shape": [24, 16], "dtype": "float32"}
+    assert summary["optimizers"] == [{"state_entries": 4, "param_groups": 1}]
+    assert {"state_dict", "optimizer_states", "loops", "callbacks", "rng"} <= set(summary["keys"])
+    assert summary == inspect_checkpoint(root / "sharded.ckpt") | {"path": str(root / "sharded.ckpt")}
+
+
+def test_consolidate_writes_one_file_that_load_from_checkpoint_reads(
+    written: tuple[Path, dict[str, torch.Tensor]], core: Core, tmp_path: Path
+) -> None:
+    root, expected = written
+    result = core("checkpoint", "consolidate", str(root / "sharded.ckpt"), str(tmp_path / "one.ckpt"))
+    assert result.code == 0, result
+    assert result.out.strip() == f"consolidated {root / 'sharded.ckpt'} -> {tmp_path / 'one.ckpt'}"
+    checkpoint = torch.load(tmp_path / "one.ckpt", weights_only=True)
+    assert checkpoint["global_step"] == STEPS and "optimizer_states" not in checkpoint and "rng" not in checkpoint
+    model = Classifier.load_from_checkpoint(str(tmp_path / "one.ckpt"))
+    assert model.hparams.hidden == 24
+    assert all(torch.equal(v, expected[k]) for k, v in weights(model).items())
+    # The Python function, to another filesystem; and fit refuses to "resume" from weights alone.
+    consolidate_checkpoint(root / "sharded.ckpt", "memory://consolidated/one.ckpt")
+    assert fsspec.filesystem("memory").exists("/consolidated/one.ckpt")
+    trainer = torchplug.Trainer(**quiet(max_epochs=2))
+    with pytest.raises(MisconfigurationError, match="holds only weights"):
+        trainer.fit(Classifier(hidden=24), datamodule=BlobData(), ckpt_path=str(tmp_path / "one.ckpt"))
+
+
+def test_what_cannot_be_read_is_an_error_that_says_why(written: tuple[Path, Any], core: Core, tmp_path: Path) -> None:
+    root, _ = written
+    missing = core("checkpoint", "inspect", str(tmp_path / "nope.ckpt"))
+    assert (missing.code, missing.err.strip()) == (
+        2,
+        f"core checkpoint inspect: error: FileNotFoundError: Checkpoint not found: {tmp_path / 'nope.ckpt'}",
+    )
+    torn = tmp_path / "torn.ckpt"
+    torn.mkdir()
+    (torn / "__0_0.distcp").write_bytes(b"half a shard")  # its save never finished: no .metadata
+    result = core("checkpoint", "consolidate", str(torn), str(tmp_path / "out.ckpt"))
+    assert result.code == 2 and "no .metadata: its save did not finish?" in result.err
+    assert not (tmp_path / "out.ckpt").exists()
+    with pytest.raises(SystemExit) as usage:
+        core("checkpoint", "consolidate", str(root / "sharded.ckpt"))
+    assert usage.value.code == 2
+
+
+def test_the_help_names_the_formats(core: Core) -> None:
+    with pytest.raises(SystemExit) as exit_info:
+        core("checkpoint", "inspect", "--help")
+    assert exit_info.value.code == 0
