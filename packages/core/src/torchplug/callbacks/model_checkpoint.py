@@ -293,8 +293,14 @@ class ModelCheckpoint(Callback):
             self._missing_monitor(trainer, candidates, at_epoch_end)
             return
         score = float(current)
-        if math.isnan(score):
-            score = math.inf if self.mode == "min" else -math.inf
+        if not math.isfinite(score):  # a diverged run: never a "best" checkpoint, never one that pushes a good one out
+            rank_zero_warn(
+                f"ModelCheckpoint(monitor={self.monitor!r}): {self.monitor} = {score} at epoch "
+                f"{int(candidates['epoch'])}, global step {int(candidates['step'])} is not finite, so this "
+                f"checkpoint is not a top-{self.save_top_k} candidate (best_model_path stays "
+                f"{self.best_model_path or 'unset'!r})."
+            )
+            return
         if self._in_top_k(score):
             self._update_best_and_save(trainer, torch.tensor(score), candidates)
         elif self.verbose:

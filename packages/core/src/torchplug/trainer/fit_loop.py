@@ -19,6 +19,7 @@ from torchplug._errors import MisconfigurationError
 from torchplug.trainer.checkpoint_connector import gradients_of, load_gradients
 from torchplug.trainer.data import batch_transfer
 from torchplug.trainer.evaluation_loop import EvaluationLoop
+from torchplug.trainer.nonfinite import LossCheck
 from torchplug.trainer.optimization import automatic_step, manual_optimizers, manual_step
 from torchplug.trainer.schedulers import SchedulerStepper
 from torchplug.trainer.states import FitProgress, RunningStage
@@ -89,6 +90,8 @@ class FitLoop:
         self.raw_loss: torch.Tensor | None = None
         #: Validate every this many batches (``inf``: at the end of each epoch of an unsized loader).
         self.val_check_batch: float = math.inf
+        #: The non-finite loss check of the run in progress (``Trainer(nonfinite_loss=...)``).
+        self.loss_check = LossCheck(trainer, self.progress)
         self._schedulers = SchedulerStepper(trainer, hooks)
         self._resume_rng: dict[str, Any] | None = None
         self._resume_gradients: list[torch.Tensor | None] | None = None
@@ -242,12 +245,35 @@ class FitLoop:
         if self.done():
             return
         self._warn_if_eval_mode()
+        self.loss_check = LossCheck(trainer, self.progress)
         if not trainer.module.automatic_optimization:
+            if self.loss_check.mode == "skip":
+                raise MisconfigurationError(
+                    "nonfinite_loss='skip' needs automatic optimization: with manual optimization your "
+                    "training_step steps the optimizers itself. Hint: check the loss there "
+                    "(torch.isfinite(loss)) before calling step(), and use nonfinite_loss='raise' or 'ignore'."
+                )
             trainer.module._step_optimizers = manual_optimizers(trainer, self)
         self._hooks.call("on_train_start")
         while not self.done() and not self._preemption.preempted:
+            steps, fresh = self.progress.global_step, self.progress.batches_done == 0
             self.run_epoch()
+            if fresh and self.progress.global_step == steps and trainer.max_epochs in (None, -1):
+                self._warn_no_step(steps)
+                break
+        self.loss_check.check()
         self._hooks.call("on_train_end")
+
+    def _warn_no_step(self, steps: int) -> None:
+        """An epoch took no optimizer step, and only max_steps bounds the run: it would never end."""
+        trainer = self.trainer
+        rank_zero_warn(
+            f"fit() stopped after epoch {self.progress.epoch - 1}: the epoch took no optimizer step (global step "
+            f"still {steps}), and with max_epochs={trainer.max_epochs} and max_steps={trainer.max_steps} fit() "
+            "would run forever. Causes: a training dataloader that yields no batch, on_train_batch_start "
+            "returning -1 at the first batch, or manual optimization that never calls optimizer.step(). Hint: fix "
+            "the cause, or set max_epochs to bound the run in epochs."
+        )
 
     def _warn_if_eval_mode(self) -> None:
         in_eval = [name or "(the module)" for name, m in self.trainer.module.named_modules() if not m.training]
@@ -351,6 +377,7 @@ class FitLoop:
         schedulers = self._schedulers
         step_schedulers = automatic and schedulers.has_step_interval
         epoch_schedulers = automatic and schedulers.has_epoch_interval
+        record = self.loss_check.record if self.loss_check.mode == "raise" else None
 
         def run_batch(batch: Any, batch_idx: int, is_last: bool) -> bool | None:
             batch = transfer(batch)
@@ -360,7 +387,10 @@ class FitLoop:
             if module_start is not None and module_start(batch, batch_idx) == -1:
                 return None
             should_step = accumulate == 1 or is_last or (batch_idx + 1) % accumulate == 0
+            step = progress.global_step
             outputs = train_step(batch, batch_idx, should_step)
+            if record is not None:
+                record(self.raw_loss, batch_idx, step)
             self._pending_gradients = not should_step
             progress.batches_done = batch_idx + 1
             progress.total_batches += 1
@@ -420,6 +450,7 @@ class FitLoop:
         trainer.state.stage = RunningStage.TRAINING
         results.set_stage("train", reset=False)
         results.defaults = _EVAL_DEFAULTS
+        self.loss_check.check()  # before the epoch's metrics and checkpoints
         self._hooks.call("on_train_epoch_end", monitoring=False)
         results.compute_epoch("train")
         if self._schedulers.has_plateau_epoch_interval:

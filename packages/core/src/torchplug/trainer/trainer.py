@@ -91,6 +91,11 @@ class Trainer(TrainerProperties):
         deterministic: Use deterministic algorithms (``"warn"`` only warns about nondeterministic ones).
         inference_mode: Evaluate under ``torch.inference_mode`` (False: ``torch.no_grad``).
         use_distributed_sampler: Give each process its own shard of plain DataLoaders.
+        nonfinite_loss: What a NaN or infinite training loss does: ``"raise"`` (default) stops ``fit``
+            with a :class:`~torchplug.NonFiniteLossError` naming the step (the losses are checked every
+            ``log_every_n_steps`` batches and at each epoch end, with no sync per step); ``"skip"``
+            checks every batch and skips the optimizer step of such a batch with a warning (one sync
+            per batch); ``"ignore"`` does not check.
         default_root_dir: Where logs and checkpoints go by default (the current directory).
         plugin_host: The plugins to resolve names from (default: this process's, see ``core plugins list``).
     """
@@ -127,6 +132,7 @@ class Trainer(TrainerProperties):
         deterministic: bool | str | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
+        nonfinite_loss: str = "raise",
         default_root_dir: str | os.PathLike[str] | None = None,
         plugin_host: PluginHost | None = None,
     ) -> None:
@@ -159,7 +165,10 @@ class Trainer(TrainerProperties):
         self.inference_mode: bool = check.check_bool("inference_mode", inference_mode)
         self.use_distributed_sampler: bool = check.check_bool("use_distributed_sampler", use_distributed_sampler)
         self.deterministic = check.check_bool("deterministic", deterministic, (None, "warn"))
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        self.nonfinite_loss: str = check.check_nonfinite_loss(nonfinite_loss)
+        check.check_bool("enable_checkpointing", enable_checkpointing, (None,))
+        check.check_bool("enable_progress_bar", enable_progress_bar, (None,))
+        self.default_root_dir: str = check.check_root_dir(default_root_dir)
         self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
         self.strategy: Strategy = self._resolution.strategy
         self.callbacks: list[Callback] = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
