@@ -23,9 +23,9 @@ from pathlib import Path
 
 import pytest
 import torch
+from tests.checkpoint_io_support import kill_while_writing
 
 import torchplug
-from tests.checkpoint_io_support import kill_while_writing
 from torchplug.io import TorchCheckpointIO
 
 

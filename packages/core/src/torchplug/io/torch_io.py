@@ -11,7 +11,6 @@ import socket
 import stat
 import sys
 import uuid
-import zipfile
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
