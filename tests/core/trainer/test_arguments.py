@@ -83,3 +83,15 @@ def test_a_bad_value_is_refused_at_construction_naming_it(kwargs: dict[str, Any]
 )
 def test_good_values_are_normalised(kwargs: dict[str, Any], attribute: str, expected: Any) -> None:
     assert getattr(torchplug.Trainer(**quiet(**kwargs)), attribute) == expected
+
+
+def test_devices_minus_one_on_the_cpu_is_refused_as_the_readme_says() -> None:
+    """README, "Choosing backends": -1 is all devices; on the CPU, where devices are processes, give a count."""
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        torchplug.Trainer(**quiet(accelerator="cpu", devices=-1))
+    assert str(info.value) == (
+        "devices=-1 is not valid with the CPU accelerator: give the number of processes, a positive int such as "
+        "devices=2."
+    )
+    readme = (Path(__file__).parents[3] / "README.md").read_text()
+    assert '# 4, -1 (all devices; on the CPU give a count of processes), "0,2", [0, 2]' in readme
