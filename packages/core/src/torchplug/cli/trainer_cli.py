@@ -380,7 +380,7 @@ class TrainerCLI:
         return config
 
     def _check_paths(self, config: Namespace) -> None:
-        """Refuse, before any work, a ``--ckpt_path`` that does not exist and a root directory that cannot be written."""
+        """Refuse, before any work, a missing ``--ckpt_path`` and a root directory that cannot be written."""
         ckpt_path = config.get("ckpt_path")
         if ckpt_path and ckpt_path not in ("last", "best", "hpc") and not _exists(str(ckpt_path)):
             self._error(
