@@ -12,9 +12,12 @@ hand-back. They are public so that a vendor's launcher that starts its own worke
 
 from __future__ import annotations
 
+import contextlib
 import os
+import pickle
+import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -24,12 +27,20 @@ from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.strategies.launcher import Launcher
+from torchplug.utilities.rank_zero import log
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
 
 if TYPE_CHECKING:
     from torchplug.strategies.parallel import ParallelStrategy
 
-__all__ = ["MultiProcessingLauncher", "collect_results", "own_parameters", "restore_results"]
+__all__ = [
+    "MultiProcessingLauncher",
+    "collect_results",
+    "own_parameters",
+    "read_results",
+    "restore_results",
+    "results_file",
+]
 
 
 class MultiProcessingLauncher(Launcher):
@@ -79,18 +90,12 @@ class MultiProcessingLauncher(Launcher):
         }
         # The first worker writes its results to a file: tensors sent through a queue would reference
         # shared memory owned by a worker that has exited by the time they are read.
-        fd, results_path = tempfile.mkstemp(prefix="torchplug-workers-", suffix=".pt")
-        os.close(fd)
-        try:
+        with results_file("torchplug-workers-") as results_path:
             worker_args = (trainer, function, args, kwargs, results_path, rendezvous, capture_rng_states())
             start_processes(
                 _worker, args=worker_args, nprocs=self.strategy.num_processes, start_method=self.start_method, join=True
             )
-            if os.path.getsize(results_path) == 0:
-                raise RuntimeError("The first worker finished without writing its results.")
-            output = torch.load(results_path, weights_only=False)  # written by our own worker just now
-        finally:
-            os.unlink(results_path)
+            output = read_results(results_path, "The first worker")
         if trainer is not None:
             restore_results(trainer, output)
         return output["result"]
@@ -116,6 +121,44 @@ def _worker(
     # Each node's caller waits for its own first worker (global rank 0 on the first node).
     if local_rank == 0:
         torch.save(collect_results(trainer, result, state_dict), results_path)
+
+
+@contextlib.contextmanager
+def results_file(prefix: str = "torchplug-results-") -> Iterator[str]:
+    """A path for a worker's results, in a new private directory (mode 0700) removed afterwards.
+
+    Only this user can read or replace the file, so what the caller loads from it is what its
+    worker wrote.
+
+    Args:
+        prefix: The start of the directory's name (under the system's temporary directory).
+    """
+    directory = tempfile.mkdtemp(prefix=prefix)
+    try:
+        yield os.path.join(directory, "results.pt")
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
+
+
+def read_results(path: str, writer: str = "The worker") -> Any:
+    """Load what a worker saved with ``torch.save(collect_results(...), path)``.
+
+    Loaded with ``weights_only=True`` (tensors and plain data, as the Trainer's state is). When a
+    result holds other objects (a ``predict_step`` returning instances of your classes), the safe
+    loader refuses them and the file, this run's own in a private directory, is loaded in full; the
+    log says so.
+
+    Raises:
+        RuntimeError: The worker wrote nothing (it exited before the end of its work).
+    """
+    if not os.path.exists(path) or os.path.getsize(path) == 0:
+        raise RuntimeError(f"{writer} finished without writing its results.")
+    try:
+        return torch.load(path, weights_only=True)
+    except pickle.UnpicklingError as exc:
+        reason = next((line for line in str(exc).splitlines() if "GLOBAL" in line), str(exc).splitlines()[0])
+        log.info("the workers' results hold objects a weights-only load refuses (%s); loading them in full", reason)
+        return torch.load(path, weights_only=False)  # this run's own file, in a directory only we can write
 
 
 def own_parameters(module: torch.nn.Module) -> None:
