@@ -24,11 +24,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import MisconfigurationError, TrainingInterrupted
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.rank_zero import rank_zero_warn
@@ -77,6 +78,9 @@ class ModelCheckpoint(Callback):
             names with ``/``, which would otherwise make subdirectories).
         enable_version_counter: Add ``-v1``, ``-v2``... when a file of the same name exists already.
         verbose: Print every save decision (global rank 0).
+        save_on_interrupt: When SIGINT or SIGTERM stops ``fit`` (see :class:`~torchplug.TrainingInterrupted`),
+            write ``<dirpath>/interrupted.ckpt`` at the step where every process stopped, to resume from
+            with ``fit(ckpt_path=...)``. False: write nothing then.
 
     Attributes:
         best_model_path: The best checkpoint so far (the latest one without ``monitor``), or ``""``.
@@ -84,6 +88,7 @@ class ModelCheckpoint(Callback):
         best_k_models: Path to score of the checkpoints kept by ``monitor``.
         kth_best_model_path: The worst of the kept checkpoints, the next to be replaced.
         last_model_path: The path of ``last.ckpt`` (with its version), or ``""``.
+        interrupted_model_path: The checkpoint written when a signal stopped ``fit``, or ``""``.
     """
 
     #: Runs after the other callbacks, once the metrics of the step or epoch are complete.
@@ -92,6 +97,7 @@ class ModelCheckpoint(Callback):
     CHECKPOINT_JOIN_CHAR: Final = "-"
     CHECKPOINT_EQUALS_CHAR: Final = "="
     CHECKPOINT_NAME_LAST: Final = "last"
+    CHECKPOINT_NAME_INTERRUPTED: Final = "interrupted"
     FILE_EXTENSION: Final = ".ckpt"
     STARTING_VERSION: Final = 1
 
@@ -110,6 +116,7 @@ class ModelCheckpoint(Callback):
         auto_insert_metric_name: bool = True,
         enable_version_counter: bool = True,
         verbose: bool = False,
+        save_on_interrupt: bool = True,
     ) -> None:
         _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs)
         self.monitor = monitor
@@ -119,6 +126,8 @@ class ModelCheckpoint(Callback):
         self.save_weights_only = save_weights_only
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
+        self.save_on_interrupt = save_on_interrupt
+        self.interrupted_model_path = ""
         self._save_on_train_epoch_end = save_on_train_epoch_end
         self._enable_version_counter = enable_version_counter
         self._every_n_train_steps = every_n_train_steps or 0
@@ -233,6 +242,23 @@ class ModelCheckpoint(Callback):
             self._validated = True
         if not self._skip(trainer) and not self._saves_on_train_epoch_end(trainer):
             self._save_at_epoch_end(trainer)
+
+    def on_exception(self, trainer: Trainer, module: Module, exception: BaseException) -> None:
+        """After SIGINT or SIGTERM stopped ``fit`` (every process at the same step): write ``interrupted.ckpt``."""
+        if not isinstance(exception, TrainingInterrupted) or not self.save_on_interrupt:
+            return
+        if trainer.fast_dev_run or trainer.state.fn is not TrainerFn.FITTING or self.dirpath is None:
+            return
+        path = f"{self.dirpath.rstrip('/')}/{self.CHECKPOINT_NAME_INTERRUPTED}{self.FILE_EXTENSION}"
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        trainer.strategy.checkpoint_io.flush()
+        self.interrupted_model_path = path
+        if trainer.is_global_zero:
+            print(
+                f"torchplug: {exception} Checkpoint: {path} (resume with fit(..., ckpt_path={path!r}))",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # -- when -------------------------------------------------------------------------------------
 

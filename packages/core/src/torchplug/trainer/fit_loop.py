@@ -31,6 +31,7 @@ if TYPE_CHECKING:
     from torchplug.trainer.hooks import HookRunner
     from torchplug.trainer.logger_connector import LoggerConnector
     from torchplug.trainer.preemption import PreemptionWatch
+    from torchplug.trainer.signals import SignalStop
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["FitLoop"]
@@ -68,6 +69,7 @@ class FitLoop:
         logging: Sends the logged metrics to the loggers.
         data: The run's dataloaders.
         preemption: Watches for a scheduler's preemption notice.
+        signals: Stops training at a batch boundary after SIGINT or SIGTERM (None: not watched).
     """
 
     def __init__(
@@ -77,8 +79,10 @@ class FitLoop:
         logging: LoggerConnector,
         data: DataConnector,
         preemption: PreemptionWatch,
+        signals: SignalStop | None = None,
     ) -> None:
         self.trainer = trainer
+        self._signals = signals
         self._hooks = hooks
         self._logging = logging
         self._data = data
@@ -431,6 +435,8 @@ class FitLoop:
             progress.stepped_batches += 1
             self._stepped_pending = False
         progress.tail_done = True
+        if self._signals is not None and self._signals.hold:  # SIGINT/SIGTERM: every process stops at one boundary
+            self._signals.at_boundary(progress.total_batches)
         if self._preemption.active and not self._pending_gradients and self._preemption.requested():
             self._preemption.handle()
             return True

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import MisconfigurationError, TrainingInterrupted
 from torchplug.callbacks.callback import Callback
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
@@ -38,8 +38,10 @@ from torchplug.trainer.logger_connector import LoggerConnector, build_loggers
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
+from torchplug.trainer.signals import SignalStop
 from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
 from torchplug.utilities.rank_zero import rank_zero_only, rank_zero_warn
+from torchplug.utilities.shutdown import exit_code
 from torchplug.utilities.table import print_results
 
 if TYPE_CHECKING:
@@ -184,7 +186,8 @@ class Trainer(TrainerProperties):
         self._data = DataConnector(self)
         self._checkpoints = CheckpointConnector(self)
         self._preemption = PreemptionWatch(self, self._checkpoints)
-        self.fit_loop = FitLoop(self, self._hooks, self._logging, self._data, self._preemption)
+        self._signals = SignalStop(self)
+        self.fit_loop = FitLoop(self, self._hooks, self._logging, self._data, self._preemption, self._signals)
         self.validate_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.VALIDATING)
         self.test_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.TESTING)
         self.predict_loop = PredictionLoop(self, self._hooks)
@@ -299,13 +302,19 @@ class Trainer(TrainerProperties):
         try:
             result = launcher.launch(impl, trainer=self) if launcher is not None else impl()
             self.state.status = TrainerStatus.INTERRUPTED if self.preempted else TrainerStatus.FINISHED
-            return result
         except BaseException as exc:
             self.state.status = TrainerStatus.INTERRUPTED
-            self._on_exception(exc)
+            if not (isinstance(exc, TrainingInterrupted) and exc.handled):
+                self._on_exception(exc)
+            if isinstance(exc, TrainingInterrupted):  # every process wound down: exit as the signal asked
+                raise SystemExit(exit_code(exc.signum)) from exc
             raise
         finally:
             self.state.stage = None
+        signum, self._signals.signum = self._signals.signum, None
+        if signum is not None:  # the signal came after the last step: the run is complete, and now it exits
+            raise SystemExit(exit_code(signum))
+        return result
 
     def _on_exception(self, exc: BaseException) -> None:
         for callback in self.callbacks:
@@ -359,14 +368,20 @@ class Trainer(TrainerProperties):
             if checkpoint is not None:
                 self._checkpoints.restore_training_state(checkpoint)
             self._preemption.start()
+            self._signals.start()  # after the environment's handlers (SLURM's SIGTERM), which it leaves alone
             self.fit_loop.sanity_check()
             self.fit_loop.run()
             self._hooks.call("on_fit_end")
             self._logging.finalize("success")
+        except TrainingInterrupted as stop:  # raised on every process at the same step: wind down together
+            self._on_exception(stop)  # the interruption checkpoint, the loggers flushed
+            stop.handled = True
+            raise
         finally:
             try:
                 self._teardown("fit")  # flushes checkpoint writes before a held-back SIGTERM may be re-sent
             finally:
+                self._signals.stop()
                 self._preemption.stop()
 
     def _evaluate_impl(self, fn: TrainerFn, dataloaders: Any, ckpt_path: str | None, keep: bool, verbose: bool) -> Any:
