@@ -140,7 +140,7 @@ def test_the_checkpoint_resumes_to_the_weights_of_an_uninterrupted_run(tmp_path:
 
 
 def test_a_second_signal_exits_at_once(tmp_path: Path) -> None:
-    result, root, pids = interrupt(tmp_path, signal.SIGTERM, "--slow-exception-hooks", "120", second_after=0.5)
+    result, root, _ = interrupt(tmp_path, signal.SIGTERM, "--slow-exception-hooks", "120", second_after=0.5)
     assert result.returncode == 143, result.tail()
     assert result.elapsed < 10, f"the second signal took {result.elapsed:.0f} s\n{result.tail()}"
     assert "SIGTERM again: exiting now, without a checkpoint." in result.output
