@@ -195,17 +195,8 @@ def test_torchrun_workers_stop_after_the_same_step_when_the_agent_gets_sigterm(t
 
 
 def test_a_second_signal_to_ddp_rank_zero_stops_its_children_too(tmp_path: Path) -> None:
-    result, root, pids = interrupt(
-        tmp_path,
-        signal.SIGTERM,
-        "--strategy",
-        "ddp",
-        "--devices",
-        "2",
-        "--slow-exception-hooks",
-        "120",
-        second_after=0.5,
-    )
+    args = ("--strategy", "ddp", "--devices", "2", "--slow-exception-hooks", "120")
+    result, _, pids = interrupt(tmp_path, signal.SIGTERM, *args, second_after=0.5)
     assert result.returncode == 143, result.tail()
     assert result.elapsed < 15, f"the second signal took {result.elapsed:.0f} s\n{result.tail()}"
     assert not result.leftovers
