@@ -29,6 +29,7 @@ from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError, TrainingInterrupted
 from torchplug.strategies.launcher import Launcher
+from torchplug.utilities.distributed import explain_stall
 from torchplug.utilities.rank_zero import log
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
 from torchplug.utilities.shutdown import exit_code, is_signal_exit, kill_children_now, on_kill
@@ -202,6 +203,11 @@ def _worker(
         result = function(*args, **kwargs)
     except TrainingInterrupted as stop:  # torch's worker wrapper would take a KeyboardInterrupt for a clean exit
         raise SystemExit(exit_code(stop.signum)) from None
+    except Exception as error:
+        stall = explain_stall(error, int(os.environ.get("RANK", local_rank)), _world_size(trainer))
+        if stall is not None:  # a peer never reached a collective: say which, and where it was
+            raise stall from error
+        raise
     # Gathered on every rank: for sharded strategies (FSDP) this is a collective; rank 0 gets the full dict.
     state_dict = trainer.strategy.module_state_dict() if trainer is not None else {}
     # Each node's caller waits for its own first worker (global rank 0 on the first node).
@@ -245,6 +251,10 @@ def read_results(path: str, writer: str = "The worker") -> Any:
         reason = next((line for line in str(exc).splitlines() if "GLOBAL" in line), str(exc).splitlines()[0])
         log.info("the workers' results hold objects a weights-only load refuses (%s); loading them in full", reason)
         return torch.load(path, weights_only=False)  # this run's own file, in a directory only we can write
+
+
+def _world_size(trainer: Any) -> int:
+    return int(trainer.world_size) if trainer is not None else 0
 
 
 def own_parameters(module: torch.nn.Module) -> None:

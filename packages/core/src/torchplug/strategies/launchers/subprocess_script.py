@@ -23,6 +23,7 @@ from typing_extensions import override
 from torchplug._errors import MisconfigurationError, TrainingInterrupted
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.strategies.launcher import Launcher
+from torchplug.utilities.distributed import explain_stall
 from torchplug.utilities.env_vars import env_float, env_int
 from torchplug.utilities.rank_zero import log
 from torchplug.utilities.shutdown import is_signal_exit, on_kill, stopping
@@ -281,13 +282,19 @@ class SubprocessScriptLauncher(Launcher):
             self._watch_parent_once()
         try:
             return function(*args, **kwargs)
-        except Exception as exc:
+        except Exception as error:
+            stall = explain_stall(error, env.global_rank(), env.world_size())  # a peer never reached a collective
+            exc = error if stall is None else stall
+            if stall is not None:
+                stall.__cause__ = error
             if env.creates_processes_externally:
                 _leave_note(exc)  # before the process group closes, so rank 0 learns why its peer left
             failure = _CHILDREN.stop_after_error()
             if failure is not None:
                 _CHILDREN.reported = True
                 raise ChildProcessError(failure) from exc
+            if stall is not None:
+                raise stall from error
             raise
         except TrainingInterrupted:  # every rank stopped at the same step after a signal: let them finish
             _CHILDREN.wind_down()
