@@ -151,6 +151,10 @@ class ModelCheckpoint(Callback):
         self._validated = False
         self._warned_missing = False
         self._logged_names: list[str] = []
+        self._removing: list[str] = []  # removed once the checkpoint being written is complete
+        self._orphans: list[str] = []  # files of a killed run to remove when training resumes
+        self._resumed = False  # the state came from a checkpoint of this directory
+        self._resumed_step: int | None = None
 
     # -- identity and state ---------------------------------------------------------------------
 
@@ -178,6 +182,7 @@ class ModelCheckpoint(Callback):
             "kth_value": self.kth_value,
             "last_model_path": self.last_model_path,
             "recent_model_paths": list(self._recent_paths),
+            "removing": list(self._removing),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -201,6 +206,8 @@ class ModelCheckpoint(Callback):
             self.kth_value = state_dict.get("kth_value")
             self.last_model_path = state_dict.get("last_model_path", "")
             self._recent_paths = list(state_dict.get("recent_model_paths", []))
+            self._orphans = list(state_dict.get("removing", []))
+            self._resumed = True
         else:
             rank_zero_warn(
                 f"ModelCheckpoint: the checkpoint was written to {saved_dir!r}, this run writes to "
@@ -218,6 +225,70 @@ class ModelCheckpoint(Callback):
             self.dirpath = trainer.strategy.broadcast(default)
         if stage == "fit":
             self._validated = False
+
+    def on_load_checkpoint(self, trainer: Trainer, module: Module, checkpoint: dict[str, Any]) -> None:
+        """Note the global step of the checkpoint ``fit`` resumes from (files of later steps are a killed run's)."""
+        step = checkpoint.get("global_step")
+        self._resumed_step = int(step) if step is not None else None
+
+    def on_train_start(self, trainer: Trainer, module: Module) -> None:
+        """When resuming in this directory: remove what a killed run left untracked, so ``save_top_k`` holds.
+
+        That is the file it was about to remove when it was killed, and the checkpoints it wrote
+        after the one resumed from (their step, read from the name, is later): this run writes them again.
+        """
+        if not self._resumed:
+            return
+        self._resumed = False
+        orphans: list[str] | None = self._find_orphans(trainer) if trainer.is_global_zero else None
+        if trainer.world_size > 1:
+            orphans = trainer.strategy.broadcast(orphans)
+        for path in orphans or []:
+            self._remove(trainer, path)
+        if orphans:
+            rank_zero_warn(
+                f"ModelCheckpoint: removed {len(orphans)} checkpoint(s) that the interrupted run left untracked in "
+                f"{self.dirpath} (written after the checkpoint resumed from, or due for removal): "
+                f"{', '.join(os.path.basename(p) for p in orphans)}."
+            )
+
+    def _find_orphans(self, trainer: Trainer) -> list[str]:
+        from fsspec.core import url_to_fs
+
+        assert self.dirpath is not None
+        fs, directory = url_to_fs(self.dirpath)
+        try:
+            names = [p.rsplit("/", 1)[-1] for p in fs.ls(directory, detail=False)]
+        except FileNotFoundError:
+            return []
+        root = self.dirpath.rstrip("/")
+        tracked = {*self.best_k_models, *self._recent_paths, self.last_model_path, self.interrupted_model_path}
+        pattern, step = self._name_pattern(), self._resumed_step
+        orphans = [p for p in self._orphans if p not in tracked and p.rsplit("/", 1)[-1] in names]
+        for name in names:
+            match = pattern.match(name)
+            path = f"{root}/{name}"
+            if match is None or path in tracked or path in orphans or step is None:
+                continue
+            if "step" in match.groupdict() and int(match["step"]) > step:
+                orphans.append(path)
+        self._orphans = []
+        return orphans
+
+    def _name_pattern(self) -> re.Pattern[str]:
+        """A regex of the names this callback writes (``step`` captured when the template has it)."""
+        regex, named = "", False
+        for part in re.split(r"(\{[^{}]*\})", self.filename or "{epoch}-{step}"):
+            field = re.fullmatch(r"\{([^:}]+)(?::[^}]*)?\}", part)
+            if field is None:
+                regex += re.escape(part)
+                continue
+            name = field[1]
+            regex += re.escape(name + self.CHECKPOINT_EQUALS_CHAR) if self.auto_insert_metric_name else ""
+            regex += r"(?P<step>\d+)" if name == "step" and not named else ".+?"
+            named = named or name == "step"
+        version = re.escape(self.CHECKPOINT_JOIN_CHAR) + r"v\d+"
+        return re.compile(f"^{regex}(?:{version})?{re.escape(self.FILE_EXTENSION)}$")
 
     def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Save every ``every_n_train_steps`` optimizer steps (returns at once when that is not set)."""
@@ -377,7 +448,7 @@ class ModelCheckpoint(Callback):
                 f"{self.monitor!r} reached {float(current):.5g} (best "
                 f"{float(self.best_model_score):.5g}), saving model to {path!r} as top {k}.",
             )
-        self._write(trainer, path)
+        self._write(trainer, path, removing=replaced)
         if replaced and replaced != path:
             self._remove(trainer, replaced)
 
@@ -389,7 +460,7 @@ class ModelCheckpoint(Callback):
         self.best_model_path = path
         if k > 0:
             self._recent_paths = [p for p in self._recent_paths if p not in (path, oldest)] + [path]
-        self._write(trainer, path)
+        self._write(trainer, path, removing=oldest)
         if oldest and oldest != path:
             self._remove(trainer, oldest)
 
@@ -399,7 +470,7 @@ class ModelCheckpoint(Callback):
         previous = self.last_model_path
         path = self._unique_path(trainer, candidates, reusable=previous, filename=self.CHECKPOINT_NAME_LAST)
         self.last_model_path = path
-        self._write(trainer, path)
+        self._write(trainer, path, removing=previous)
         if previous and previous != path:
             self._remove(trainer, previous)
 
@@ -448,8 +519,12 @@ class ModelCheckpoint(Callback):
 
     # -- IO ---------------------------------------------------------------------------------------
 
-    def _write(self, trainer: Trainer, path: str) -> None:
+    def _write(self, trainer: Trainer, path: str, removing: str = "") -> None:
+        # The file to remove once this one is written goes into this checkpoint's state: a run killed
+        # in between and resumed from this checkpoint removes it then.
+        self._removing = [removing] if removing and removing != path else []
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        self._removing = []
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = path
 
