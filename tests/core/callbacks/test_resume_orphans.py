@@ -1,4 +1,4 @@
-"""After a run was killed, resuming in the same directory keeps ``save_top_k``: nothing of the killed run stays untracked.
+"""A run resumed after a kill keeps ``save_top_k``: nothing the killed run wrote stays untracked.
 
 A killed run leaves two kinds of files its successor does not know about: the checkpoints written
 after the one resumed from (their step is later), and the file a rotation was about to remove. The
