@@ -235,7 +235,8 @@ class ModelCheckpoint(Callback):
         """When resuming in this directory: remove what a killed run left untracked, so ``save_top_k`` holds.
 
         That is the file it was about to remove when it was killed, and the checkpoints it wrote
-        after the one resumed from (their step, read from the name, is later): this run writes them again.
+        after the one resumed from (their step, read from the name, is not earlier, and this callback
+        does not track them): this run writes them again.
         """
         if not self._resumed:
             return
@@ -270,8 +271,8 @@ class ModelCheckpoint(Callback):
             path = f"{root}/{name}"
             if match is None or path in tracked or path in orphans or step is None:
                 continue
-            if "step" in match.groupdict() and int(match["step"]) > step:
-                orphans.append(path)
+            if "step" in match.groupdict() and int(match["step"]) >= step:  # an untracked one of the resumed step
+                orphans.append(path)  # was written after last.ckpt at a run's first save point
         self._orphans = []
         return orphans
 
@@ -299,8 +300,10 @@ class ModelCheckpoint(Callback):
         if step % every or step == self._last_global_step_saved or self._skip(trainer):
             return
         candidates = self._candidates(trainer)
+        first = self._last_first(trainer, candidates)
         self._save_topk(trainer, candidates, at_epoch_end=False)
-        self._save_last(trainer, candidates)
+        if not first:
+            self._save_last(trainer, candidates)
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Save at the end of the training epoch, when that is where this run saves."""
@@ -353,10 +356,24 @@ class ModelCheckpoint(Callback):
 
     def _save_at_epoch_end(self, trainer: Trainer) -> None:
         candidates = self._candidates(trainer)
+        first = self._last_first(trainer, candidates)
         every = self._every_n_epochs
         if every >= 1 and (trainer.current_epoch + 1) % every == 0:
             self._save_topk(trainer, candidates, at_epoch_end=True)
+        if not first:
+            self._save_last(trainer, candidates)
+
+    def _last_first(self, trainer: Trainer, candidates: dict[str, Any]) -> bool:
+        """At the first save of a run without ``last.ckpt`` yet, write it before the top-k file; True if so.
+
+        A run killed in the middle of its first save point then always leaves a checkpoint to resume
+        from (whose resumption removes the top-k file written after it), never a lone top-k file
+        that the next, fresh run would not know about.
+        """
+        if not self.save_last or self.last_model_path:
+            return False
         self._save_last(trainer, candidates)
+        return True
 
     # -- what -------------------------------------------------------------------------------------
 
