@@ -50,22 +50,34 @@ def test_a_nonfinite_loss_stops_fit_naming_the_step(bad: float) -> None:
     with pytest.raises(torchplug.NonFiniteLossError) as info:
         fit(Diverging(at=(21,), bad=bad), max_epochs=3)  # 16 batches per epoch: step 21 is epoch 1, batch 5
     message = str(info.value)
-    assert f"The training loss is {bad} at epoch 1, batch 5 (global step 21); the losses before it were finite." in (
-        message
+    # found at the end of epoch 1 (batch 15, after step 31): the check before was at the end of epoch 0.
+    # By then the weights updated from the bad loss made every loss NaN.
+    assert message.startswith(
+        "The training loss is nan at global step 32 (epoch 1, batch 15); it was still finite at global step 16, "
+        "the check before. Training stopped"
     )
+    assert "log_every_n_steps=1 finds the exact step" in message
     assert "nonfinite_loss='skip'" in message
 
 
 def test_the_check_runs_every_log_every_n_steps_batches_not_at_every_step() -> None:
     counter = BatchCounter()
-    with pytest.raises(torchplug.NonFiniteLossError, match=r"batch 5 \(global step 5\)"):
+    with pytest.raises(torchplug.NonFiniteLossError, match=r"at global step 8 \(epoch 0, batch 7\); it was still "
+                       r"finite at global step 4"):  # fmt: skip
         fit(Diverging(at=(5,)), max_epochs=1, log_every_n_steps=4, callbacks=[counter])
-    assert counter.batches == 8  # the window of batches 4..7 was checked after batch 7, not batch 5
+    assert counter.batches == 8  # checked after batches 3 and 7: the NaN of batch 5 was found after batch 7
 
 
-def test_the_epoch_end_and_the_end_of_fit_check_what_is_left() -> None:
+@pytest.mark.parametrize("bad", [math.nan, math.inf], ids=["nan", "inf"])
+def test_log_every_n_steps_1_finds_the_exact_step(bad: float) -> None:
+    with pytest.raises(torchplug.NonFiniteLossError, match=rf"is {bad} at global step 6 \(epoch 0, batch 5\); it "
+                       r"was still finite at global step 5"):  # fmt: skip
+        fit(Diverging(at=(5,), bad=bad), max_epochs=1, log_every_n_steps=1)
+
+
+def test_the_end_of_fit_checks_the_last_loss() -> None:
     counter = BatchCounter()
-    with pytest.raises(torchplug.NonFiniteLossError, match=r"batch 2 \(global step 2\)"):
+    with pytest.raises(torchplug.NonFiniteLossError, match=r"at global step 3 \(epoch 0, batch 2\); no check before"):
         fit(Diverging(at=(2,)), max_steps=3, callbacks=[counter])  # stops at step 3, long before 50 batches
     assert counter.batches == 3
 

@@ -100,11 +100,11 @@ class PluginSettingsError(SettingsError, PluginError):
 
 
 class NonFiniteLossError(TorchplugError, FloatingPointError):
-    """The training loss became NaN or infinite; the message names the epoch, batch and global step.
+    """The training loss became NaN or infinite; the message names the step where it was found.
 
-    Raised by ``fit`` with ``Trainer(nonfinite_loss="raise")`` (the default). The check costs no
-    sync per step: the losses are checked together every ``log_every_n_steps`` batches and at the
-    end of each epoch.
+    Raised by ``fit`` with ``Trainer(nonfinite_loss="raise")`` (the default). The check costs
+    nothing per step: the loss is checked every ``log_every_n_steps`` batches and at the end of
+    each epoch; the message also names the last step where it was still finite.
     """
 
 

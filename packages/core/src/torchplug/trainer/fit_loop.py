@@ -105,6 +105,7 @@ class FitLoop:
         self._plateau_steps = False  # a step-interval ReduceLROnPlateau exists
         self._logs = False  # this process has loggers
         self._validates = False  # fit validates (data, batches, validation_step)
+        self._check_loss_every = 0  # check the loss every this many batches (nonfinite_loss="raise")
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -265,7 +266,8 @@ class FitLoop:
             if fresh and self.progress.global_step == steps and trainer.max_epochs in (None, -1):
                 self._warn_no_step(steps)
                 break
-        self.loss_check.check()
+        if self.progress.batches_done:  # stopped in the middle of an epoch: its end did not check
+            self.loss_check.check(self.raw_loss, self.progress.batches_done - 1)
         self._hooks.call("on_train_end")
 
     def _warn_no_step(self, steps: int) -> None:
@@ -299,6 +301,7 @@ class FitLoop:
         self._plateau_steps = self._schedulers.has_plateau_step_interval
         self._logs = bool(self._logging.loggers)
         self._validates = self.validation_enabled
+        self._check_loss_every = self.loss_check.every
         stop = False
         results = self._logging.results
         if not resuming:
@@ -381,7 +384,6 @@ class FitLoop:
         schedulers = self._schedulers
         step_schedulers = automatic and schedulers.has_step_interval
         epoch_schedulers = automatic and schedulers.has_epoch_interval
-        record = self.loss_check.record if self.loss_check.mode == "raise" else None
 
         def run_batch(batch: Any, batch_idx: int, is_last: bool) -> bool | None:
             batch = transfer(batch)
@@ -391,10 +393,7 @@ class FitLoop:
             if module_start is not None and module_start(batch, batch_idx) == -1:
                 return None
             should_step = accumulate == 1 or is_last or (batch_idx + 1) % accumulate == 0
-            step = progress.global_step
             outputs = train_step(batch, batch_idx, should_step)
-            if record is not None:
-                record(self.raw_loss, batch_idx, step)
             self._pending_gradients = not should_step
             progress.batches_done = batch_idx + 1
             progress.total_batches += 1
@@ -416,6 +415,9 @@ class FitLoop:
         (its step metrics were never kept, so they are not logged). Returns True when training must stop now.
         """
         trainer, progress, logging = self.trainer, self.progress, self._logging
+        every = self._check_loss_every
+        if every and not resumed and progress.total_batches % every == 0:
+            self.loss_check.check(self.raw_loss, batch_idx)  # one sync every log_every_n_steps batches, none else
         self._stepped_pending = should_step
         stepped = progress.stepped_batches
         if (
@@ -456,7 +458,7 @@ class FitLoop:
         trainer.state.stage = RunningStage.TRAINING
         results.set_stage("train", reset=False)
         results.defaults = _EVAL_DEFAULTS
-        self.loss_check.check()  # before the epoch's metrics and checkpoints
+        self.loss_check.check(self.raw_loss, progress.batches_done - 1)  # before the epoch's metrics and checkpoints
         self._hooks.call("on_train_epoch_end", monitoring=False)
         results.compute_epoch("train")
         if self._schedulers.has_plateau_epoch_interval:

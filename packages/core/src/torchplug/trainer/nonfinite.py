@@ -2,11 +2,12 @@
 
 ``Trainer(nonfinite_loss=...)`` chooses what happens:
 
-* ``"raise"`` (default): every batch's loss is kept on its device in a short window (a reference,
-  no copy, no sync); the window is checked in one go every ``log_every_n_steps`` batches, at the
-  end of each epoch and at the end of ``fit``, with one sync. A non-finite loss stops training
-  with :class:`~torchplug.NonFiniteLossError`, naming the epoch, the batch and the global step
-  where it first appeared.
+* ``"raise"`` (default): the loss of the batch just run is checked every ``log_every_n_steps``
+  batches, at the end of each epoch and at the end of ``fit`` (one sync each, none in between,
+  so nothing is added to the steps). A non-finite loss stops training with
+  :class:`~torchplug.NonFiniteLossError`, naming the step where it was found and the last step
+  where it was still finite. A loss that turned NaN or infinite stays so: the weights updated
+  from it are not finite either (unless a loss scaler skipped that step, and then nothing was harmed).
 * ``"skip"``: every loss is checked before its optimizer step (one sync per batch, and one
   collective per step when several processes train); a step whose accumulated batches hold a
   non-finite loss is skipped (its gradients are dropped), with a warning.
@@ -45,60 +46,55 @@ class LossCheck:
 
     def __init__(self, trainer: Trainer, progress: FitProgress) -> None:
         self.mode: str = trainer.nonfinite_loss
+        #: Check every this many batches (0: never between epoch ends, as with ``"skip"`` and ``"ignore"``).
+        self.every = max(1, trainer.log_every_n_steps) if self.mode == "raise" else 0
         self._trainer = trainer
         self._progress = progress
-        self._every = max(1, trainer.log_every_n_steps)
-        # (epoch, batch_idx, global step of that batch's optimizer step, the loss tensor), oldest first
-        self._window: list[tuple[int, int, int, torch.Tensor]] = []
-        self._batches = 0  # batches recorded since the last check
+        self._finite_at: int | None = None  # the global step of the last check that passed
         self._bad_in_window = False  # "skip": a non-finite loss since the last optimizer step
         #: Optimizer steps skipped so far in this fit (``"skip"`` only).
         self.skipped = 0
 
     # -- "raise" ------------------------------------------------------------------------------------
 
-    def record(self, loss: torch.Tensor | None, batch_idx: int, step: int) -> None:
-        """Keep the loss of the batch just run (``step``: the global step it ran at); check every few batches.
+    def check(self, loss: torch.Tensor | None, batch_idx: int) -> None:
+        """Check the loss of the batch just run (one sync); raise if it is NaN or infinite (``"raise"``).
 
-        Every process checks after the same number of batches (a batch without a loss counts too).
-        """
-        self._batches += 1
-        if loss is not None:
-            self._window.append((self._progress.epoch, batch_idx, step, loss.detach()))
-        if self._batches >= self._every:
-            self.check()
-
-    def check(self) -> None:
-        """Check the losses kept since the last check, with one sync; raise on the first non-finite one.
-
-        Every process calls it at the same points; when several processes train, they agree (one
+        Every process calls it at the same batches; when several processes train, they agree (one
         collective), so that all of them stop together.
 
+        Args:
+            loss: The loss of batch ``batch_idx`` of the current epoch (None: nothing to check).
+            batch_idx: Its index in the epoch, for the message.
+
         Raises:
-            NonFiniteLossError: A kept loss is NaN or infinite.
+            NonFiniteLossError: The loss of this process, or of another one, is not finite.
         """
-        window, self._window = self._window, []
-        self._batches = 0
         if self.mode != "raise":
             return
-        first = _first_nonfinite([loss for *_, loss in window]) if window else None
-        strategy = self._trainer.strategy
-        if self._trainer.world_size > 1 and not strategy.reduce_boolean_decision(first is not None, all=False):
+        trainer, progress = self._trainer, self._progress
+        bad = loss is not None and not bool(torch.isfinite(loss.detach()).all())
+        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(bad, all=False) and not bad:
+            raise NonFiniteLossError(
+                f"The training loss of another process is not finite at global step {progress.global_step} (this "
+                f"process, global rank {trainer.global_rank}, has a finite one). {_HINT}"
+            )
+        if not bad:
+            self._finite_at = progress.global_step
             return
-        if first is None:
-            if self._trainer.world_size > 1:  # another process saw one: stop with it
-                raise NonFiniteLossError(
-                    f"The training loss of another process became non-finite (this process, global rank "
-                    f"{self._trainer.global_rank}, saw finite losses up to global step "
-                    f"{self._progress.global_step}). {_HINT}"
-                )
-            return
-        epoch, batch_idx, step, loss = window[first]
-        value = float(loss.float().reshape(-1)[~torch.isfinite(loss.float().reshape(-1))][0])
+        assert loss is not None
+        values = loss.detach().float().reshape(-1)
+        value = float(values[~torch.isfinite(values)][0])
+        since = (
+            f"it was still finite at global step {self._finite_at}, the check before"
+            if self._finite_at is not None
+            else "no check before found a finite one"
+        )
         raise NonFiniteLossError(
-            f"The training loss is {value} at epoch {epoch}, batch {batch_idx} (global step {step}); the losses "
-            f"before it were finite. Training stopped: the weights updated from it are not finite either "
-            f"(checked every log_every_n_steps={self._every} batches and at the end of each epoch). {_HINT}"
+            f"The training loss is {value} at global step {progress.global_step} (epoch {progress.epoch}, batch "
+            f"{batch_idx}); {since}. Training stopped: the weights updated from it are not finite either. The loss "
+            f"is checked every log_every_n_steps={self.every} batches and at the end of each epoch, at no cost in "
+            f"between; log_every_n_steps=1 finds the exact step. {_HINT}"
         )
 
     # -- "skip" -------------------------------------------------------------------------------------
@@ -129,13 +125,3 @@ class LossCheck:
             f"{progress.global_step}; its optimizer step was skipped ({self.skipped} skipped so far)."
         )
         return True
-
-
-def _first_nonfinite(losses: list[torch.Tensor]) -> int | None:
-    """Index of the first loss holding a NaN or an infinity, with one sync for the whole list."""
-    try:  # losses of one shape on one device (scalars, as a rule): two kernels for the whole window
-        finite = torch.isfinite(torch.stack(losses)).reshape(len(losses), -1).all(dim=1)
-    except RuntimeError:  # shapes or devices differ: each is checked where it is
-        finite = torch.stack([torch.isfinite(loss).all().cpu() for loss in losses])
-    bad = (~finite).nonzero()
-    return int(bad[0, 0]) if bad.numel() else None

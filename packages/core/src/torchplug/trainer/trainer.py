@@ -94,10 +94,10 @@ class Trainer(TrainerProperties):
         inference_mode: Evaluate under ``torch.inference_mode`` (False: ``torch.no_grad``).
         use_distributed_sampler: Give each process its own shard of plain DataLoaders.
         nonfinite_loss: What a NaN or infinite training loss does: ``"raise"`` (default) stops ``fit``
-            with a :class:`~torchplug.NonFiniteLossError` naming the step (the losses are checked every
-            ``log_every_n_steps`` batches and at each epoch end, with no sync per step); ``"skip"``
-            checks every batch and skips the optimizer step of such a batch with a warning (one sync
-            per batch); ``"ignore"`` does not check.
+            with a :class:`~torchplug.NonFiniteLossError` naming the step (the loss is checked every
+            ``log_every_n_steps`` batches and at each epoch end, nothing in between); ``"skip"`` checks
+            every batch and skips the optimizer step of such a batch with a warning (one sync per
+            batch); ``"ignore"`` does not check.
         default_root_dir: Where logs and checkpoints go by default (the current directory).
         plugin_host: The plugins to resolve names from (default: this process's, see ``core plugins list``).
     """
