@@ -191,9 +191,10 @@ def lightning_ops(checkpoint: dict[str, Any], root: Path) -> tuple[dict[str, Op]
     if importlib.util.find_spec("lightning") is None:
         return {}, None
     try:
-        import lightning
         from lightning.fabric.plugins.io.torch_io import TorchCheckpointIO as LightningTorchIO
         from lightning.pytorch.plugins.io.async_plugin import AsyncCheckpointIO as LightningAsyncIO
+
+        import lightning
     except Exception as exc:  # an old or broken installation: report it, measure the rest
         return {}, f"lightning is installed but its IO plugins did not import: {exc!r}"
     sync_io, async_io = LightningTorchIO(), LightningAsyncIO(LightningTorchIO())

@@ -8,7 +8,7 @@ What is measured:
 
     A   the raw loop (zero_grad, forward, loss, backward, step) over the same DataLoader;
     B   a lean Trainer: ``logger=False, enable_checkpointing=False, enable_progress_bar=False,
-        num_sanity_val_steps=0``;
+        num_sanity_val_steps=0, enable_model_summary=False`` (as Lightning's lean run);
     C   the Trainer's defaults (CSVLogger, ModelCheckpoint, progress bar) in a temporary directory,
         with stdout and stderr redirected to /dev/null (file descriptors 1 and 2), as in the
         reference. Our progress bar stays quiet when its stream is not a terminal, so in C it draws
@@ -222,7 +222,13 @@ def output_to_devnull() -> Iterator[None]:
 
 
 def lean_args() -> dict[str, Any]:
-    return {"logger": False, "enable_checkpointing": False, "enable_progress_bar": False, "num_sanity_val_steps": 0}
+    return {
+        "logger": False,
+        "enable_checkpointing": False,
+        "enable_progress_bar": False,
+        "num_sanity_val_steps": 0,
+        "enable_model_summary": False,
+    }
 
 
 def forced_bar() -> Any:

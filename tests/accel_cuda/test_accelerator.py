@@ -354,3 +354,10 @@ def test_environment_report_lists_each_gpu(
         },
         {"id": 1, "error": "RuntimeError: CUDA error: uncorrectable ECC error encountered"},
     ]
+
+
+@pytest.mark.parametrize("enabled", [True, False])
+def test_benchmark_sets_cudnns_flag(enabled: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(torch.backends.cudnn, "benchmark", not enabled)
+    assert CUDAAccelerator().set_benchmark(enabled) is True
+    assert torch.backends.cudnn.benchmark is enabled

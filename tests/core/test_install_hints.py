@@ -43,6 +43,8 @@ def test_the_generator_finds_every_first_party_package(generator: dict[str, Any]
         "io-xla",
         "strategy-deepspeed",
         "strategy-horovod",
+        "logger-mlflow",
+        "logger-wandb",
     }
 
 

@@ -79,6 +79,8 @@ PACKAGES: Final = (
     Package("io-xla", "torchplug_xla_io", ("xla_io", "torchplug_xla_io._plugin")),
     Package("strategy-deepspeed", "torchplug_deepspeed", ("deepspeed", "torchplug_deepspeed._plugin")),
     Package("strategy-horovod", "torchplug_horovod", ("horovod", "torchplug_horovod._plugin")),
+    Package("logger-mlflow", "torchplug_mlflow", ("mlflow", "torchplug_mlflow._plugin")),
+    Package("logger-wandb", "torchplug_wandb", ("wandb", "torchplug_wandb._plugin")),
 )
 OURS: Final = tuple(p.distribution for p in PACKAGES)
 THREE: Final = ("core", "accel-cuda", "env-slurm")
@@ -123,9 +125,22 @@ STRATEGY_VENDORS: Final = (
         ("horovod is not installed", "tools/build_horovod.py", "strategy='ddp' started by torchrun"),
     ),
 )
-VENDOR_LIBRARIES: Final = (*(v.library for v in VENDORS), *(v.library for v in STRATEGY_VENDORS))
+#: The logger packages, whose tracking library is not installed in the fresh venvs either: (distribution,
+#: library, what the reason says).
+LOGGER_VENDORS: Final = (
+    StrategyVendor("logger-mlflow", "mlflow", ("mlflow is not installed", "pip install mlflow")),
+    StrategyVendor("logger-wandb", "wandb", ("wandb is not installed", "pip install wandb")),
+)
+VENDOR_LIBRARIES: Final = (
+    *(v.library for v in VENDORS),
+    *(v.library for v in STRATEGY_VENDORS),
+    *(v.library for v in LOGGER_VENDORS),
+)
 #: Their distributions, which no package may require (an optional extra at most).
-VENDOR_DISTRIBUTIONS: Final = ("torch-xla", "poptorch", "habana-torch-plugin", "deepspeed", "horovod")
+VENDOR_DISTRIBUTIONS: Final = (
+    *("torch-xla", "poptorch", "habana-torch-plugin", "deepspeed", "horovod"),
+    *("mlflow", "mlflow-skinny", "wandb"),
+)
 
 #: The environment of every command: no SLURM variable, so env-slurm must say "not detected".
 NO_SLURM: Final = {k: None for k in os.environ if k.startswith("SLURM_")}
@@ -533,6 +548,16 @@ def test_seven_are_listed_with_their_honest_state(
             assert entry["status"] == "unavailable", entry
             for text in strategy_vendor.says:
                 assert text in entry["reason"], entry
+
+    for logger_vendor in LOGGER_VENDORS:  # the logger names the library to install
+        entries = [e for e in listing.data["entries"] if e["provider"]["distribution"] == logger_vendor.distribution]
+        assert [(e["kind"], e["name"], e["status"]) for e in entries] == [
+            ("logger", logger_vendor.library, "unavailable")
+        ]
+        for text in logger_vendor.says:
+            assert text in entries[0]["reason"], entries[0]
+    for builtin in ("csv", "tensorboard"):  # the core's loggers; tensorboard is an optional extra of the core
+        assert listing.entry(builtin, "logger")["provider"]["distribution"] == "core"
 
     mps = listing.entry("mps")  # accel-mps: its probe answers from the operating system, without torch
     assert (mps["provider"]["distribution"], mps["status"]) == ("accel-mps", "unavailable")

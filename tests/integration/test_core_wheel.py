@@ -19,6 +19,7 @@ BUILTINS = [
     ("precision", "32-true", ["32"]),
     ("checkpoint_io", "torch", []),
     ("cluster_environment", "local", []),
+    ("logger", "csv", []),
 ]
 
 
@@ -78,6 +79,12 @@ def test_builtins_in_json(core_only: Scenario, core_wheel: Wheel) -> None:
         # cluster environments also say whether they are detected here; `local` always is
         expected_reason = "detected" if kind == "cluster_environment" else None
         assert (entry["aliases"], entry["status"], entry["reason"]) == (aliases, "ok", expected_reason)
+
+
+def test_without_tensorboard_its_logger_is_listed_unavailable_with_the_hint(core_only: Scenario) -> None:
+    tensorboard = core_only.listing().entry("tensorboard", "logger")  # tensorboard is an extra of the core
+    assert (tensorboard["aliases"], tensorboard["status"]) == (["tb"], "unavailable")
+    assert "tensorboard is not installed. Hint: pip install tensorboard" in tensorboard["reason"]
 
 
 def test_every_builtin_imports_from_the_wheel(core_only: Scenario) -> None:

@@ -122,6 +122,7 @@ def make_trainer(tmp_path: Any) -> Callable[..., Trainer]:
         kwargs.setdefault("logger", False)
         kwargs.setdefault("enable_progress_bar", False)
         kwargs.setdefault("num_sanity_val_steps", 0)
+        kwargs.setdefault("enable_model_summary", False)
         return Trainer(**kwargs)
 
     return build

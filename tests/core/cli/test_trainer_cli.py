@@ -35,6 +35,7 @@ def config(tmp_path: Path) -> Path:
           max_epochs: 2
           default_root_dir: {tmp_path}
           enable_progress_bar: false
+          logger: csv
         model:
           class_path: {TINY}.TinyModel
           init_args:

@@ -21,6 +21,7 @@ CLASSES = {
     "precision": ("precision-acme", "precision", "AcmePrecision", "PrecisionSuite"),
     "checkpoint_io": ("io-acme", "checkpoint_io", "AcmeCheckpointIO", "CheckpointIOSuite"),
     "cluster_environment": ("env-acme", "environment", "AcmeEnvironment", "ClusterEnvironmentSuite"),
+    "logger": ("logger-acme", "logger", "AcmeLogger", "LoggerSuite"),
 }
 
 
@@ -168,4 +169,5 @@ ALLOWED_SKIPS: dict[str, set[str]] = {
     "precision": set(),
     "checkpoint_io": set(),
     "cluster_environment": {"detected", "ranks", "validate_settings", "teardown", "preemption"},  # no job declared
+    "logger": set(),
 }

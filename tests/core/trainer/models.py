@@ -108,6 +108,7 @@ def quiet(**overrides: Any) -> dict[str, Any]:
         "logger": False,
         "enable_checkpointing": False,
         "enable_progress_bar": False,
+        "enable_model_summary": False,
         "num_sanity_val_steps": 0,
     }
     base.update(overrides)

@@ -153,7 +153,7 @@ def test_on_step_and_on_epoch_give_two_keys(tmp_path: Any) -> None:
     ("value", "error", "message"),
     [
         (torch.ones(3), ValueError, "needs one number, got a tensor of shape (3,)"),
-        ("high", TypeError, "needs a number or a one-element tensor, got str"),
+        ("high", TypeError, "needs a number, a one-element tensor or a torchmetrics Metric, got str"),
     ],
 )
 def test_log_rejects_values_it_cannot_record(value: Any, error: type[Exception], message: str) -> None:
@@ -238,6 +238,30 @@ def test_manual_optimization() -> None:
     assert trainer.global_step == 48
     (result,) = trainer.validate(datamodule=BlobData())
     assert result["val_acc"] > 0.9
+
+
+def test_manual_backward_passes_its_arguments_to_backward() -> None:
+    """``manual_backward(loss, retain_graph=True)`` keeps the graph, so a second backward of it works."""
+
+    class Twice(Classifier):
+        def __init__(self) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            loss = torch.nn.functional.cross_entropy(self(batch[0]), batch[1])
+            self.manual_backward(loss, retain_graph=True)
+            once = [p.grad.clone() for p in self.parameters()]
+            self.manual_backward(loss)  # the graph is still there: gradients add up
+            for first, p in zip(once, self.parameters()):
+                torch.testing.assert_close(p.grad, 2 * first)
+            optimizer.step()
+            return loss
+
+    trainer, _ = _fit({"max_steps": 2}, model=Twice())
+    assert trainer.global_step == 2
 
 
 def test_two_optimizers_need_manual_optimization() -> None:

@@ -103,6 +103,12 @@ class CUDAAccelerator(Accelerator):
         """
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
 
+    @override
+    def set_benchmark(self, enabled: bool) -> bool:
+        """``Trainer(benchmark=...)``: cuDNN tries its algorithms for each new input shape and keeps the fastest."""
+        torch.backends.cudnn.benchmark = enabled
+        return True
+
     # -- random state -------------------------------------------------------------------------
 
     @override

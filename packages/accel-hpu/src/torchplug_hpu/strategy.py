@@ -57,9 +57,9 @@ class HPUStrategyMixin:
         """The HPU precision for the user's name (unsupported names are refused with the choices)."""
         return hpu_precision_name(precision)
 
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
         """Backward through the strategy and the precision, then run the recorded graph (``mark_step``)."""
-        super().backward(loss, optimizer)  # type: ignore[misc]
+        super().backward(loss, optimizer, *args, **kwargs)  # type: ignore[misc]
         _vendor.mark_step()
 
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:

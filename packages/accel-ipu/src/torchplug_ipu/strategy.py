@@ -246,7 +246,7 @@ class IPUStrategy(SingleDeviceStrategy):
         return self.precision.convert_output(output) if self.precision is not None else output
 
     @override
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
         """Nothing to do: PopTorch computed the gradients inside the compiled training step."""
 
     @override

@@ -166,9 +166,9 @@ class XLAStrategy(ParallelStrategy):
     # -- steps ----------------------------------------------------------------------------------
 
     @override
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
         """Backward through the precision, then average the gradients over the processes (unless accumulating)."""
-        super().backward(loss, optimizer)
+        super().backward(loss, optimizer, *args, **kwargs)
         if self._sync_gradients and self.world_size > 1:
             self._reduce_gradients(optimizer)
 

@@ -14,6 +14,7 @@ if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
     from torchplug.environments.cluster_environment import ClusterEnvironment
     from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.loggers.logger import Logger
     from torchplug.precision.precision import Precision
     from torchplug.strategies.strategy import Strategy
 
@@ -213,4 +214,20 @@ def torchplug_register_cluster_environments(registry: Registry[ClusterEnvironmen
         "mpi",
         "torchplug.environments.mpi:MPIEnvironment",
         description="Processes started by mpirun (Open MPI, MPICH, Intel MPI)",
+    )
+
+
+@hookimpl
+def torchplug_register_loggers(registry: Registry[Logger]) -> None:
+    registry.register(
+        "csv",
+        "torchplug.loggers.csv_logs:CSVLogger",
+        description="metrics.csv and hparams.yaml under <default_root_dir>/torchplug_logs/version_<n>",
+    )
+    registry.register(
+        "tensorboard",
+        "torchplug.loggers.tensorboard:TensorBoardLogger",
+        aliases=("tb",),
+        description="TensorBoard event files under <default_root_dir>/torchplug_logs/version_<n> (needs tensorboard)",
+        probe="torchplug.loggers._availability:tensorboard_probe",
     )

@@ -46,6 +46,7 @@ if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
     from torchplug.environments.cluster_environment import ClusterEnvironment
     from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.loggers.logger import Logger
     from torchplug.precision.precision import Precision
     from torchplug.strategies.strategy import Strategy
 
@@ -61,6 +62,7 @@ _CLASSMETHOD_HOOKS: Final = {
     "register_precisions": "torchplug_register_precisions",
     "register_checkpoint_io": "torchplug_register_checkpoint_io",
     "register_cluster_environments": "torchplug_register_cluster_environments",
+    "register_loggers": "torchplug_register_loggers",
 }
 
 
@@ -131,7 +133,7 @@ def _forward_registry(method: Callable[[Any], Any]) -> Callable[[Any], Any]:
 
 
 class PluginHost:
-    """The plugins of this process: discovery, the five registries, and every plugin's state.
+    """The plugins of this process: discovery, the six registries, and every plugin's state.
 
     Discovery runs once, the first time a registry is used (never at ``import torchplug``).
     Use :func:`plugin_host` for the process-wide instance.
@@ -248,15 +250,17 @@ class PluginHost:
     @overload
     def registry(self, kind: Literal["cluster_environment"]) -> Registry[ClusterEnvironment]: ...
     @overload
+    def registry(self, kind: Literal["logger"]) -> Registry[Logger]: ...
+    @overload
     def registry(self, kind: str) -> Registry[Any]: ...
     def registry(self, kind: str) -> Registry[Any]:
-        """The registry of one kind: accelerator, strategy, precision, checkpoint_io or cluster_environment.
+        """The registry of one kind: accelerator, strategy, precision, checkpoint_io, cluster_environment or logger.
 
         Type checkers see the kind's base class: ``registry("accelerator")`` is a
         ``Registry[Accelerator]``, whose ``get()`` returns an ``Accelerator``.
 
         Raises:
-            ValueError: ``kind`` is not one of the five kinds.
+            ValueError: ``kind`` is not one of the six kinds.
         """
         try:
             return self.registries[kind]

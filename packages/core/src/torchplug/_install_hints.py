@@ -60,4 +60,8 @@ INSTALL_HINTS: Final[dict[str, dict[str, str]]] = {
         "slurm": "env-slurm",
         "xla_runtime": "accel-tpu",
     },
+    "logger": {
+        "mlflow": "logger-mlflow",
+        "wandb": "logger-wandb",
+    },
 }

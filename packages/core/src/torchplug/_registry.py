@@ -1,4 +1,4 @@
-"""One registry implementation shared by the five plugin kinds.
+"""One registry implementation shared by the six plugin kinds.
 
 A registry maps names (and aliases) to lazy ``"module:Class"`` targets. Nothing is imported until
 a name is used. Each entry records the distribution that provided it.
@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
     from torchplug.environments.cluster_environment import ClusterEnvironment
     from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.loggers.logger import Logger
     from torchplug.precision.precision import Precision
     from torchplug.strategies.strategy import Strategy
 
@@ -63,8 +64,8 @@ __all__ = [
     "why_unavailable",
 ]
 
-#: The five plugin kinds, in the order they are listed.
-KINDS: Final = ("accelerator", "strategy", "precision", "checkpoint_io", "cluster_environment")
+#: The six plugin kinds, in the order they are listed: the five hardware kinds, then loggers.
+KINDS: Final = ("accelerator", "strategy", "precision", "checkpoint_io", "cluster_environment", "logger")
 
 #: The base class each kind's targets must subclass (imported only when a target is loaded).
 BASE_CLASSES: Final[dict[str, str]] = {
@@ -73,6 +74,7 @@ BASE_CLASSES: Final[dict[str, str]] = {
     "precision": "torchplug.precision.precision:Precision",
     "checkpoint_io": "torchplug.io.checkpoint_io:CheckpointIO",
     "cluster_environment": "torchplug.environments.cluster_environment:ClusterEnvironment",
+    "logger": "torchplug.loggers.logger:Logger",
 }
 
 _NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
@@ -227,6 +229,7 @@ _KIND_LABEL: Final = {
     "precision": "Precision",
     "checkpoint_io": "Checkpoint IO",
     "cluster_environment": "Cluster environment",
+    "logger": "Logger",
 }
 
 
@@ -312,6 +315,8 @@ class Registry(Generic[_T]):
         self: Registry[ClusterEnvironment], kind: Literal["cluster_environment"], host: RegistryHost | None = None
     ) -> None: ...
     @overload
+    def __init__(self: Registry[Logger], kind: Literal["logger"], host: RegistryHost | None = None) -> None: ...
+    @overload
     def __init__(self, kind: str, host: RegistryHost | None = None) -> None: ...
     def __init__(self, kind: str, host: RegistryHost | None = None) -> None:
         if kind not in KINDS:
@@ -338,6 +343,7 @@ class Registry(Generic[_T]):
         self,
         name: str,
         target: None = None,
+        /,
         description: str = "",
         override: bool = False,
         *,
@@ -350,6 +356,7 @@ class Registry(Generic[_T]):
         self,
         name: str,
         target: str,
+        /,
         description: str = "",
         override: bool = False,
         *,
@@ -362,6 +369,7 @@ class Registry(Generic[_T]):
         self,
         name: str,
         target: type[_T],
+        /,
         description: str = "",
         override: bool = False,
         *,
@@ -373,6 +381,7 @@ class Registry(Generic[_T]):
         self,
         name: str,
         target: str | type[_T] | None = None,
+        /,
         description: str = "",
         override: bool = False,
         *,
@@ -396,7 +405,9 @@ class Registry(Generic[_T]):
             aliases: Other names that resolve to this entry.
             probe: Optional cheap availability check (``"module:function"`` or a callable) that
                 returns None when usable here, or the reason it is not. It must not import torch.
-            **init_params: Keyword arguments given to the class when an instance is created.
+            **init_params: Keyword arguments given to the class when an instance is created
+                (``name`` and ``target`` included: the first two parameters are positional only,
+                so a logger can be registered with ``name="experiment"``).
 
         Raises:
             TypeError: ``name`` or ``target`` has the wrong type or form.

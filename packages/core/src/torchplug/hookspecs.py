@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
     from torchplug.environments.cluster_environment import ClusterEnvironment
     from torchplug.io.checkpoint_io import CheckpointIO
+    from torchplug.loggers.logger import Logger
     from torchplug.precision.precision import Precision
     from torchplug.strategies.strategy import Strategy
 
@@ -48,6 +49,7 @@ __all__ = [
     "torchplug_register_accelerators",
     "torchplug_register_checkpoint_io",
     "torchplug_register_cluster_environments",
+    "torchplug_register_loggers",
     "torchplug_register_precisions",
     "torchplug_register_strategies",
 ]
@@ -137,6 +139,23 @@ def torchplug_register_cluster_environments(registry: Registry[ClusterEnvironmen
 
 
 @hookspec
+def torchplug_register_loggers(registry: Registry[Logger]) -> None:
+    """Register this plugin's loggers (experiment trackers: where metrics and hyperparameters go).
+
+    Args:
+        registry: The logger registry. The class must subclass :class:`torchplug.loggers.Logger`;
+            ``Trainer(logger="name")`` creates it with :meth:`~torchplug.loggers.Logger.for_trainer`
+            (the registered init params plus the Trainer's ``default_root_dir``). Give a ``probe``
+            that finds the tracking library without importing it, so that ``core plugins list``
+            shows the logger as unavailable (with the install hint) when the library is missing.
+
+    Return value: ignored; every plugin's implementation is called.
+
+    Called once per process, like :func:`torchplug_register_accelerators`.
+    """
+
+
+@hookspec
 def torchplug_environment_report() -> dict[str, Any] | None:
     """Contribute a section to ``core env``, the report users paste into bug reports.
 
@@ -148,13 +167,14 @@ def torchplug_environment_report() -> dict[str, Any] | None:
     """
 
 
-#: The five registration hooks, keyed by plugin kind.
+#: The registration hooks, one per plugin kind (the five hardware kinds and loggers).
 REGISTRATION_HOOKS: Final[dict[str, str]] = {
     "accelerator": "torchplug_register_accelerators",
     "strategy": "torchplug_register_strategies",
     "precision": "torchplug_register_precisions",
     "checkpoint_io": "torchplug_register_checkpoint_io",
     "cluster_environment": "torchplug_register_cluster_environments",
+    "logger": "torchplug_register_loggers",
 }
 
 #: Every hook name a plugin may implement.

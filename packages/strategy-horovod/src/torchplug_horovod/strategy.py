@@ -121,9 +121,9 @@ class HorovodStrategy(ParallelStrategy):
     # -- steps --------------------------------------------------------------------------------
 
     @override
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
         """Backward (Horovod's hooks start the all-reduce); inside a step, wait for the averaged gradients."""
-        super().backward(loss, optimizer)
+        super().backward(loss, optimizer, *args, **kwargs)
         if self._stepping is not None:
             self._stepping.synchronize()  # before clipping and the step: they must see the average
             self._synchronized = True

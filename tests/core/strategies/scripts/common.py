@@ -117,6 +117,30 @@ class Regressor(torchplug.Module):
         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr, momentum=0.9)
 
 
+class ManualRegressor(Regressor):
+    """The Regressor with manual optimization: the same steps, written out as a user of manual optimization would.
+
+    ``clip``: clip the gradients' norm to this value with ``self.clip_gradients`` before each step.
+    """
+
+    def __init__(self, clip: float | None = None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.automatic_optimization = False
+        self.clip = clip
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        optimizer = self.optimizers()
+        x, y = batch
+        loss = torch.nn.functional.mse_loss(self(x), y)
+        optimizer.zero_grad()
+        self.manual_backward(loss)
+        if self.clip is not None:
+            self.clip_gradients(optimizer, gradient_clip_val=self.clip, gradient_clip_algorithm="norm")
+        optimizer.step()
+        self.log("train_loss", loss)
+        return loss
+
+
 def state_hash(state: dict[str, torch.Tensor]) -> str:
     """A hash of the exact bytes of every tensor, in key order."""
     digest = hashlib.sha256()

@@ -50,6 +50,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--log-sync", action="store_true")
     parser.add_argument("--dropout", type=float, default=0.0)
     parser.add_argument("--csv-logger", action="store_true", help="log to a CSVLogger under --root")
+    parser.add_argument("--logger", action="append", default=[], help="a logger by registry name (repeatable)")
     parser.add_argument("--checkpoint", action="store_true", help="a ModelCheckpoint saving every step")
     parser.add_argument(
         "--default-ckpt-dir",
@@ -67,6 +68,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--resume", help="fit(ckpt_path=PATH)")
     parser.add_argument("--full-state", action="store_true", help="gather the state dict through the strategy")
     parser.add_argument("--precision", default=None, help="Trainer(precision=...)")
+    parser.add_argument("--manual", action="store_true", help="manual optimization (--clip through clip_gradients)")
     return parser.parse_args(argv)
 
 
@@ -98,6 +100,8 @@ def main(argv: list[str] | None = None) -> None:
         from torchplug.loggers.csv_logs import CSVLogger
 
         logger = CSVLogger(args.root)
+    if args.logger:
+        logger = [*([logger] if logger is not False else []), *args.logger]
     plugins = [common.CountingCheckpointIO(args.count_writes)] if args.count_writes else None
     devices = int(args.devices) if args.devices.isdigit() else args.devices
     trainer = torchplug.Trainer(
@@ -116,7 +120,7 @@ def main(argv: list[str] | None = None) -> None:
         num_sanity_val_steps=0,
         log_every_n_steps=args.log_every,
         accumulate_grad_batches=args.accumulate,
-        gradient_clip_val=args.clip,
+        gradient_clip_val=None if args.manual else args.clip,
         default_root_dir=args.root,
     )
     common.write_json(
@@ -127,15 +131,18 @@ def main(argv: list[str] | None = None) -> None:
             "is_global_zero": trainer.is_global_zero,
         },
     )
-    model = common.Regressor(
-        unused=args.unused,
-        crash_rank=args.crash_rank,
-        crash_step=args.crash_step,
-        crash_how=args.crash_how,
-        stall_rank=args.stall_rank,
-        log_sync=args.log_sync,
-        dropout=args.dropout,
-    )
+    if args.manual:
+        model: common.Regressor = common.ManualRegressor(clip=args.clip, dropout=args.dropout)
+    else:
+        model = common.Regressor(
+            unused=args.unused,
+            crash_rank=args.crash_rank,
+            crash_step=args.crash_step,
+            crash_how=args.crash_how,
+            stall_rank=args.stall_rank,
+            log_sync=args.log_sync,
+            dropout=args.dropout,
+        )
     try:
         trainer.fit(model, common.loader(args.samples, args.batch_size), ckpt_path=args.resume)
     except Exception as exc:

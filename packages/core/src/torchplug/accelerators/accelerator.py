@@ -181,6 +181,28 @@ class Accelerator(ABC):
         than once.
         """
 
+    @classmethod
+    def runtime_class(cls) -> type[Accelerator]:
+        """The class whose attributes describe this accelerator on this machine: ``cls`` itself by default.
+
+        An accelerator class that binds itself to a device on construction (its ``__new__`` returns
+        an instance of a subclass, as the generic ``torch`` accelerator does for torch's current
+        device type) returns that subclass, so that tools reading class attributes
+        (``device_type``, ``process_group_backend``...) see what an instance will have. Call it
+        only where the accelerator is available.
+        """
+        return cls
+
+    def set_benchmark(self, enabled: bool) -> bool:
+        """Turn the tuning of kernels to the input sizes seen on or off (``Trainer(benchmark=...)``).
+
+        Called in every process once its device is selected, before any step runs, when the user
+        gives ``benchmark=True``/``False`` (and with False for ``deterministic=True``). Return
+        whether the hardware has such a setting: False (the default) makes the Trainer say that
+        ``benchmark=`` has no effect here. CUDA sets ``torch.backends.cudnn.benchmark``.
+        """
+        return False
+
     # -- decisions the core delegates to the accelerator ----------------------------------------
 
     def default_strategy(self, num_devices: int, num_nodes: int, interactive: bool) -> str:

@@ -226,6 +226,15 @@ class TorchDeviceAccelerator(Accelerator):
     def __reduce__(self) -> tuple[Any, tuple[str]]:
         return _rebuild, (self.device_type,)
 
+    @classmethod
+    @override
+    def runtime_class(cls) -> type[Accelerator]:
+        """The class bound to torch's current device type (this class when bound already, or when torch has none)."""
+        if cls.device_type:
+            return cls
+        current = current_device_type()
+        return cls if current is None else torch_device_accelerator(current)
+
     # -- availability and devices -------------------------------------------------------------
 
     @classmethod

@@ -166,6 +166,8 @@ class ModelCheckpoint(Callback):
             "mode": self.mode,
             "every_n_train_steps": self._every_n_train_steps,
             "every_n_epochs": self._every_n_epochs,
+            # Lightning's key names its time-based trigger too; none is set here, so the keys match.
+            "train_time_interval": getattr(self, "_train_time_interval", None),
         }
         return f"{type(self).__qualname__}{settings!r}"
 
@@ -544,6 +546,9 @@ class ModelCheckpoint(Callback):
         self._removing = []
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = path
+        if trainer.is_global_zero:  # trackers that keep checkpoints as artifacts (MLflow, W&B log_model)
+            for logger in trainer.loggers:
+                logger.after_save_checkpoint(self)
 
     def _remove(self, trainer: Trainer, path: str) -> None:
         """Delete an old checkpoint of ours, once every pending write is complete (async IO)."""

@@ -54,6 +54,44 @@ class Parser(ArgumentParser):
         kwargs.setdefault("allow_abbrev", False)  # --trainer.max_epoch is a typo, not --trainer.max_epochs
         super().__init__(*args, **kwargs)
         self.display_prog = display_prog
+        #: The keys of the callbacks added with :meth:`add_lightning_class_args` (given to the Trainer).
+        self.callback_keys: list[str] = []
+
+    def add_lightning_class_args(
+        self, lightning_class: type | tuple[type, ...], nested_key: str, subclass_mode: bool = False,
+        required: bool = True,
+    ) -> list[str]:  # fmt: skip
+        """Add a Callback, Module or DataModule class's init arguments under ``--NESTED_KEY.*``.
+
+        A Callback added this way (``parser.add_lightning_class_args(EarlyStopping, "early_stopping")``
+        in ``add_arguments_to_parser``) is built from its options and given to the Trainer beside
+        ``--trainer.callbacks``.
+
+        Args:
+            lightning_class: The class (or, with ``subclass_mode``, the base classes accepted).
+            nested_key: The options' prefix (``early_stopping`` gives ``--early_stopping.patience``).
+            subclass_mode: Accept any subclass, chosen with ``--NESTED_KEY=pkg.Class``.
+            required: With ``subclass_mode``, whether a class must be given.
+
+        Returns:
+            The options added.
+        """
+        from torchplug.callbacks.callback import Callback
+        from torchplug.core.datamodule import DataModule
+        from torchplug.core.module import Module
+
+        classes = lightning_class if isinstance(lightning_class, tuple) else (lightning_class,)
+        if not all(isinstance(c, type) and issubclass(c, (Callback, Module, DataModule)) for c in classes):
+            raise ValueError(
+                f"add_lightning_class_args({lightning_class!r}, {nested_key!r}): give a Callback, Module or "
+                "DataModule class."
+            )
+        if all(issubclass(c, Callback) for c in classes):
+            self.callback_keys.append(nested_key)
+        if subclass_mode:
+            added: list[str] = self.add_subclass_arguments(lightning_class, nested_key, required=required)
+            return added
+        return list(self.add_class_arguments(classes[0], nested_key, fail_untyped=False, sub_configs=True))
 
     @override
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:

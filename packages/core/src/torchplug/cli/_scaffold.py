@@ -32,7 +32,7 @@ class ScaffoldError(ValueError):
 
 @dataclass(frozen=True)
 class _Kind:
-    """What differs between the five kinds of generated package."""
+    """What differs between the six kinds of generated package."""
 
     prefix: str  # of the distribution name
     module: str
@@ -100,6 +100,18 @@ KINDS: Final = {
         "port; then declare a one-process job's variables in `tests/test_conformance.py`.",
         needs_torch=False,
     ),
+    "logger": _Kind(
+        "logger",
+        "logger",
+        "Logger",
+        "Logger",
+        "logger",
+        "torchplug_register_loggers",
+        "metrics and hyperparameters to $title",
+        "Start with `_vendor.py` (your tracking client's import name and install hint), then `logger.py`: "
+        "the run it starts on first use, `log_metrics`, `log_hyperparams`, `finalize`.",
+        needs_torch=False,
+    ),
 }
 
 _SUITES: Final = {
@@ -108,6 +120,7 @@ _SUITES: Final = {
     "precision": "PrecisionSuite",
     "checkpoint_io": "CheckpointIOSuite",
     "cluster_environment": "ClusterEnvironmentSuite",
+    "logger": "LoggerSuite",
 }
 
 _USAGE: Final = {
@@ -116,6 +129,7 @@ _USAGE: Final = {
     "precision": 'precision="$name"',
     "checkpoint_io": 'plugins=["$name"]',
     "cluster_environment": 'plugins=["$name"]',
+    "logger": 'logger="$name"',
 }
 
 _VENDOR_DEVICES: Final = '''

@@ -73,6 +73,7 @@ _NAMED: Final[dict[str, tuple[str, ...]]] = {
     "strategy": ("strategy",),
     "precision": ("precision",),
     "plugins": ("precision", "checkpoint_io", "cluster_environment"),
+    "logger": ("logger",),
 }
 
 #: Classes imported up front so that their short names work: ``--trainer.callbacks+=EarlyStopping``.
@@ -89,23 +90,47 @@ _SHORT_NAMES: Final = (
 _ARGUMENT: Final = re.compile(r"\b([a-z_]+)=")
 
 
-class _SaveConfig(Callback):
-    """Writes the run's full configuration to ``<log_dir>/config.yaml`` (global rank 0, once per fit)."""
+#: The keys of ``save_config_kwargs``, with their defaults.
+_SAVE_CONFIG_DEFAULTS: Final[dict[str, Any]] = {
+    "config_filename": "config.yaml",
+    "overwrite": False,
+    "multifile": False,
+}
 
-    def __init__(self, text: str) -> None:
+
+class _SaveConfig(Callback):
+    """Writes the run's full configuration into the log directory (global rank 0, at the first run's setup).
+
+    Args:
+        text: The configuration, as YAML.
+        config_filename: The file's name in the log directory.
+        overwrite: Replace a file already there (else that is an error: it belongs to an earlier run).
+    """
+
+    def __init__(self, text: str, config_filename: str = "config.yaml", overwrite: bool = False) -> None:
         self.text = text
+        self.config_filename = config_filename
+        self.overwrite = overwrite
+        self.already_saved = False
 
     def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
-        """Write the file when fitting starts."""
-        if stage != "fit" or not trainer.is_global_zero or trainer.logger is None:
+        """Write the file when the first run starts (``fit`` for ``core fit``; any with ``run=False``)."""
+        if self.already_saved or not trainer.is_global_zero or trainer.logger is None:
             return
         import fsspec
 
-        path = f"{trainer.log_dir.rstrip('/')}/config.yaml"
+        path = f"{trainer.log_dir.rstrip('/')}/{self.config_filename}"
         fs, local = fsspec.url_to_fs(path)
+        if not self.overwrite and fs.exists(local):
+            raise MisconfigurationError(
+                f"The configuration file {path} exists already (from an earlier run in this log directory); it is "
+                "not overwritten. Hint: use another log directory, TrainerCLI(save_config_kwargs={'overwrite': "
+                "True}) to replace it, or save_config=False."
+            )
         fs.makedirs(fs._parent(local), exist_ok=True)
         with fs.open(local, "w") as out:
             out.write(self.text)
+        self.already_saved = True
 
 
 class TrainerCLI:
@@ -128,14 +153,19 @@ class TrainerCLI:
             Module subclass, chosen with ``--model=package.module.Class``.
         datamodule_class: The DataModule class (``--data.*``). None: any DataModule subclass, or none.
         trainer_class: The Trainer class (or a subclass) whose arguments become ``--trainer.*``.
-        trainer_defaults: Default values of Trainer arguments (plain data: ``{"max_epochs": 10}``).
+        trainer_defaults: Default values of Trainer arguments: plain data (``{"max_epochs": 10}``),
+            ``jsonargparse.lazy_instance(TensorBoardLogger, save_dir="logs")``, and under
+            ``"callbacks"`` callback instances, which are added to those of the configuration.
         seed_everything_default: Default of ``--seed_everything``: an int, True (a random seed, recorded
             in the saved config) or False (do not seed).
         parser_kwargs: Keyword arguments of each subcommand's ``jsonargparse.ArgumentParser``
             (``default_config_files``...); a key named after a subcommand holds that one's.
         subclass_mode_model: Accept any subclass of ``model_class`` with ``--model=Class``.
         subclass_mode_data: Accept any subclass of ``datamodule_class`` with ``--data=Class``.
-        save_config: Write the full configuration to ``<log_dir>/config.yaml`` when fitting with a logger.
+        save_config: Write the full configuration to ``<log_dir>/config.yaml`` when fitting with a logger
+            (with ``run=False``: when the first run of :attr:`trainer` starts).
+        save_config_kwargs: How it is written: ``config_filename`` (default ``"config.yaml"``),
+            ``overwrite`` (default False: a file already there is an error), ``multifile`` (only False).
         args: The arguments to parse (default ``sys.argv[1:]``).
         run: Run the subcommand given in ``args``. False: parse without subcommands and only build
             :attr:`model`, :attr:`datamodule` and :attr:`trainer` (then call ``cli.trainer.fit(cli.model)``).
@@ -166,6 +196,7 @@ class TrainerCLI:
         subclass_mode_model: bool = False,
         subclass_mode_data: bool = False,
         save_config: bool = True,
+        save_config_kwargs: Mapping[str, Any] | None = None,
         args: Sequence[str] | None = None,
         run: bool = True,
         prog: str | None = None,
@@ -179,6 +210,7 @@ class TrainerCLI:
         self.subclass_mode_model = subclass_mode_model or model_class is None
         self.subclass_mode_data = subclass_mode_data or datamodule_class is None
         self.save_config = save_config
+        self.save_config_kwargs = {**_SAVE_CONFIG_DEFAULTS, **_check_save_config_kwargs(save_config_kwargs)}
         self.prog = prog or os.path.basename(sys.argv[0] if sys.argv and sys.argv[0] else "train.py")
         self.subcommand: str | None = None
         self.seed: int | None = None
@@ -268,8 +300,9 @@ class TrainerCLI:
         parser.add_class_arguments(
             self.trainer_class, "trainer", instantiate=False, skip={"plugin_host"}, fail_untyped=False
         )
-        if self.trainer_defaults:
-            parser.set_defaults({f"trainer.{key}": value for key, value in self.trainer_defaults.items()})
+        defaults = {f"trainer.{key}": value for key, value in self.trainer_defaults.items() if key != "callbacks"}
+        if defaults:  # callbacks given as defaults are added to the configuration's at instantiation
+            parser.set_defaults(defaults)
         host = plugin_host()
         for action in parser._actions:
             arg = action.dest.removeprefix("trainer.")
@@ -400,10 +433,17 @@ class TrainerCLI:
     def _instantiate_trainer(self) -> Trainer:
         config = self._section(self.config_init)
         kwargs = dict(vars(config.trainer))
-        if self.save_config and self.subcommand == "fit" and not config.get("resolve"):
-            callbacks = kwargs.get("callbacks")
-            given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
-            kwargs["callbacks"] = [*given, _SaveConfig(self._dump())]
+        callbacks = kwargs.get("callbacks")
+        given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
+        parser = self._subcommand_parser_of(self.subcommand)
+        given += [config[key] for key in getattr(parser, "callback_keys", []) if config.get(key) is not None]
+        default = self.trainer_defaults.get("callbacks")
+        given += [default] if isinstance(default, Callback) else list(default or [])
+        saving = self.subcommand == "fit" or self.subcommand is None
+        if self.save_config and saving and not config.get("resolve") and not kwargs.get("fast_dev_run"):
+            options = self.save_config_kwargs
+            given.append(_SaveConfig(self._dump(), options["config_filename"], options["overwrite"]))
+        kwargs["callbacks"] = given
         try:
             return self.trainer_class(**kwargs)
         except (MisconfigurationError, PluginError) as exc:
@@ -431,6 +471,22 @@ class TrainerCLI:
             _print_fit_summary(self.trainer, time.perf_counter() - start)
         elif self.subcommand == "predict":
             _print_predictions(result)
+
+
+def _check_save_config_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``save_config_kwargs``: the known keys only; ``multifile=True`` is refused (one file is written)."""
+    given = dict(kwargs or {})
+    unknown = sorted(set(given) - set(_SAVE_CONFIG_DEFAULTS))
+    if unknown:
+        raise ValueError(
+            f"TrainerCLI(save_config_kwargs=...): unknown key(s) {unknown}; known: {', '.join(_SAVE_CONFIG_DEFAULTS)}."
+        )
+    if given.get("multifile"):
+        raise ValueError(
+            "TrainerCLI(save_config_kwargs={'multifile': True}) is not supported: the whole configuration is written "
+            "to one file."
+        )
+    return given
 
 
 def _resolve_name(host: PluginHost, kind: str, name: str) -> None:

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import copy
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from torchplug.core.hparams import AttributeDict, collect_init_args, split_unsafe
@@ -62,6 +63,9 @@ class DataModule:
         """Change a batch on the device, after the transfer (this override wins over the module's)."""
         return batch
 
+    def on_exception(self, exception: BaseException) -> None:
+        """Called when a run fails (or is interrupted), after the callbacks' ``on_exception``."""
+
     def state_dict(self) -> dict[str, Any]:
         """State to keep in checkpoints (plain data)."""
         return {}
@@ -76,6 +80,7 @@ class DataModule:
         ignored = (ignore,) if isinstance(ignore, str) else tuple(ignore)
         values = collect_init_args(frame.f_back, self, args, ignored)
         self._hparams = AttributeDict(values)
+        self._hparams_initial = copy.deepcopy(self._hparams)
         self._hparams_for_checkpoint = split_unsafe(values, type(self).__name__)
 
     @property
@@ -84,3 +89,55 @@ class DataModule:
         if self._hparams is None:
             self._hparams = AttributeDict()
         return self._hparams
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of the hyperparameters as :meth:`save_hyperparameters` saved them."""
+        return copy.deepcopy(getattr(self, "_hparams_initial", None) or AttributeDict())
+
+    @classmethod
+    def from_datasets(
+        cls,
+        train_dataset: Any = None,
+        val_dataset: Any = None,
+        test_dataset: Any = None,
+        predict_dataset: Any = None,
+        batch_size: int = 1,
+        num_workers: int = 0,
+        **datamodule_kwargs: Any,
+    ) -> DataModule:
+        """A DataModule serving ready datasets through plain DataLoaders (the training one shuffles).
+
+        Each argument may be one dataset, or a list or dict of them (several dataloaders). The
+        ``*_dataloader`` methods of the datasets not given raise, as on a DataModule without them.
+
+        Args:
+            train_dataset: The training data.
+            val_dataset: The validation data.
+            test_dataset: The test data.
+            predict_dataset: The predict data.
+            batch_size: Every loader's batch size.
+            num_workers: Every loader's worker processes.
+            **datamodule_kwargs: Init arguments of ``cls`` (for a subclass that takes some).
+        """
+        from torch.utils.data import DataLoader, IterableDataset
+
+        def loaders(data: Any, shuffle: bool) -> Any:
+            if isinstance(data, Mapping):
+                return {key: loaders(value, shuffle) for key, value in data.items()}
+            if isinstance(data, (list, tuple)):
+                return [loaders(value, shuffle) for value in data]
+            return DataLoader(
+                data,
+                batch_size=batch_size,
+                shuffle=shuffle and not isinstance(data, IterableDataset),
+                num_workers=num_workers,
+            )
+
+        datamodule = cls(**datamodule_kwargs)
+        given = {"train": train_dataset, "val": val_dataset, "test": test_dataset, "predict": predict_dataset}
+        for stage, data in given.items():
+            if data is not None:
+                built = loaders(data, shuffle=stage == "train")
+                setattr(datamodule, f"{stage}_dataloader", lambda built=built: built)
+        return datamodule

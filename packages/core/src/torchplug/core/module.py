@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
+import copy
 import inspect
+import os
+import sys
 import warnings
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -16,6 +20,11 @@ if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["Module"]
+
+
+def _is_metric_collection(value: Any) -> bool:
+    torchmetrics = sys.modules.get("torchmetrics")
+    return torchmetrics is not None and isinstance(value, torchmetrics.MetricCollection)
 
 
 class Module(torch.nn.Module):
@@ -39,6 +48,22 @@ class Module(torch.nn.Module):
         ...         return torch.optim.SGD(self.parameters(), lr=self.hparams.lr)
     """
 
+    # Properties that TorchScript must not compile (they reach the Trainer, which is not scriptable).
+    __jit_unused_properties__: list[str] = [
+        "trainer",
+        "device",
+        "dtype",
+        "global_step",
+        "current_epoch",
+        "global_rank",
+        "local_rank",
+        "logger",
+        "loggers",
+        "hparams",
+        "hparams_initial",
+        "example_input_array",
+    ]
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._trainer: Trainer | None = None
@@ -46,10 +71,18 @@ class Module(torch.nn.Module):
         self._results: MetricStore | None = None
         #: The optimizers ``optimizers()`` returns in manual optimization, handed over by the Trainer.
         self._step_optimizers: list[Any] = []
+        #: ``manual_backward`` with the backward hooks around it, handed over by the Trainer (None: no hooks).
+        self._manual_backward: Callable[..., None] | None = None
         self._hparams = AttributeDict()
         self._log_warned = False
         #: Set to False to step the optimizers yourself in ``training_step`` (see :meth:`manual_backward`).
         self.automatic_optimization = True
+        #: Whether resuming (``fit(ckpt_path=...)``) requires the checkpoint's keys to match the module's exactly.
+        self.strict_loading = True
+        self._example_input_array: Any = None
+        self._jit_is_scripting = False  # TorchScript reads every attribute: `trainer` must not raise meanwhile
+        self._hparams_initial = AttributeDict()
+        self._param_requires_grad_state: dict[torch.nn.Parameter, bool] = {}
 
     # -- the steps: override these ------------------------------------------------------------
 
@@ -89,9 +122,9 @@ class Module(torch.nn.Module):
     @property
     def trainer(self) -> Trainer:
         """The Trainer running this module (an error outside ``fit``/``validate``/``test``/``predict``)."""
-        if self._trainer is None:
+        if self._trainer is None and not self._jit_is_scripting:
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call trainer.fit(model) first.")
-        return self._trainer
+        return self._trainer  # type: ignore[return-value]  # None only while TorchScript inspects the module
 
     @property
     def device(self) -> torch.device:
@@ -127,6 +160,11 @@ class Module(torch.nn.Module):
         """The Trainer's first logger, or None."""
         return self._trainer.logger if self._trainer is not None else None
 
+    @property
+    def loggers(self) -> list[Any]:
+        """The Trainer's loggers (empty without a Trainer or with ``logger=False``)."""
+        return self._trainer.loggers if self._trainer is not None else []
+
     # -- logging ----------------------------------------------------------------------------------
 
     def log(
@@ -134,27 +172,46 @@ class Module(torch.nn.Module):
         name: str,
         value: Any,
         prog_bar: bool = False,
-        logger: bool = True,
+        logger: bool | None = None,
         on_step: bool | None = None,
         on_epoch: bool | None = None,
-        reduce_fx: str = "mean",
+        reduce_fx: str | Callable[..., Any] = "mean",
+        enable_graph: bool = False,
         sync_dist: bool = False,
+        sync_dist_group: Any | None = None,
+        add_dataloader_idx: bool = True,
         batch_size: int | None = None,
+        metric_attribute: str | None = None,
+        rank_zero_only: bool = False,
     ) -> None:
         """Record a metric: for the loggers, the progress bar, and callbacks such as ModelCheckpoint.
 
+        Call it from the training, validation and test steps and the hooks around them.
+
         Args:
             name: The metric's name (``"val_acc"``).
-            value: A number or a one-element tensor.
+            value: A number, a one-element tensor, or a torchmetrics ``Metric`` (an attribute of this
+                module): its step value is what its last ``forward`` returned, its epoch value
+                ``compute()`` (synchronised over the processes by torchmetrics), and it is
+                ``reset()`` at the end of each epoch or evaluation run.
             prog_bar: Show it in the progress bar.
-            logger: Send it to the loggers.
-            on_step: Record the value of every step. Default: True in ``training_step``, else False.
-            on_epoch: Record the epoch's aggregate. Default: False in ``training_step``, else True.
+            logger: Send it to the loggers (None: True).
+            on_step: Record the value of every step. Default: True in training batches, else False.
+            on_epoch: Record the epoch's aggregate. Default: False in training batches, else True.
                 With both, the loggers get ``name_step`` and ``name_epoch``.
             reduce_fx: How the epoch aggregate is formed: ``"mean"`` (weighted by batch size),
-                ``"sum"``, ``"max"`` or ``"min"``.
+                ``"sum"``, ``"max"`` or ``"min"``, or ``torch.mean``, ``torch.sum``, ``torch.max``,
+                ``torch.min``.
+            enable_graph: Keep the value attached to the autograd graph (default: detached).
             sync_dist: Reduce the value over all processes (per step, or at epoch end for the aggregate).
+            sync_dist_group: The process group to reduce over (default: all processes).
+            add_dataloader_idx: With several validation or test dataloaders, append
+                ``/dataloader_idx_N`` to the name (False: give each dataloader its own names).
             batch_size: The weight of this value in the epoch mean; inferred from the batch when None.
+            metric_attribute: The name of the attribute holding a logged torchmetrics ``Metric``
+                (found by itself when the Metric is a direct or nested attribute).
+            rank_zero_only: The value is logged from global rank 0 only: it is never synchronised
+                (``sync_dist`` is ignored), and other ranks cannot monitor it.
         """
         results = self._results
         if results is None:
@@ -165,11 +222,19 @@ class Module(torch.nn.Module):
                     stacklevel=2,
                 )
             return
-        results.log(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist, batch_size)
+        results.log(
+            name, value, prog_bar, logger is not False, on_step, on_epoch, reduce_fx, enable_graph,
+            sync_dist, sync_dist_group, add_dataloader_idx, batch_size, metric_attribute, rank_zero_only,
+        )  # fmt: skip
 
     def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
-        """Call :meth:`log` for each item of ``metrics`` with the same options."""
-        for name, value in metrics.items():
+        """Call :meth:`log` for each item of ``metrics`` with the same options.
+
+        ``metrics`` may be a dict or a torchmetrics ``MetricCollection`` (each of its metrics is
+        logged under its name in the collection).
+        """
+        items = metrics.items(keep_base=False, copy_state=False) if _is_metric_collection(metrics) else metrics.items()  # type: ignore[call-arg]  # MetricCollection.items takes them
+        for name, value in items:
             self.log(name, value, **kwargs)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
@@ -192,6 +257,7 @@ class Module(torch.nn.Module):
         ignored = (ignore,) if isinstance(ignore, str) else tuple(ignore)
         values = collect_init_args(frame.f_back, self, args, ignored)
         self._hparams = AttributeDict(values)
+        self._hparams_initial = copy.deepcopy(self._hparams)
         self._hparams_for_checkpoint = split_unsafe(values, type(self).__name__)
         self._log_hyperparams = logger
 
@@ -199,6 +265,33 @@ class Module(torch.nn.Module):
     def hparams(self) -> AttributeDict:
         """The hyperparameters saved with :meth:`save_hyperparameters` (attribute or key access)."""
         return self._hparams
+
+    @property
+    def hparams_initial(self) -> AttributeDict:
+        """A copy of the hyperparameters as :meth:`save_hyperparameters` saved them, unchanged by later edits."""
+        return copy.deepcopy(self._hparams_initial)
+
+    @property
+    def example_input_array(self) -> Any:
+        """An example input of ``forward`` (a tensor, or a tuple of them), for the model summary and exports.
+
+        Set it in ``__init__``: ``self.example_input_array = torch.randn(1, 64)``. The model summary
+        then shows each layer's input and output sizes; :meth:`to_onnx` and :meth:`to_torchscript`
+        (``method="trace"``) use it when given no input.
+        """
+        return self._example_input_array
+
+    @example_input_array.setter
+    def example_input_array(self, example: Any) -> None:
+        self._example_input_array = example
+
+    @property
+    def dtype(self) -> torch.dtype:
+        """The dtype of the first floating-point parameter (torch's default dtype when there is none)."""
+        for param in self.parameters():
+            if param.is_floating_point():
+                return param.dtype
+        return torch.get_default_dtype()
 
     @classmethod
     def load_from_checkpoint(
@@ -219,13 +312,28 @@ class Module(torch.nn.Module):
             **kwargs: Init arguments that replace the saved ones, or that were not saved.
         """
         from torchplug.io.torch_io import TorchCheckpointIO
+        from torchplug.trainer.checkpoint_layout import check_checkpoint
 
-        checkpoint = TorchCheckpointIO().load_checkpoint(
-            checkpoint_path, map_location=map_location or "cpu", weights_only=weights_only
+        path = os.fspath(checkpoint_path)
+        checkpoint = check_checkpoint(
+            TorchCheckpointIO().load_checkpoint(path, map_location=map_location or "cpu", weights_only=weights_only),
+            path,
         )
-        module = cls(**{**checkpoint.get("hyper_parameters", {}), **kwargs})
-        module.load_state_dict(checkpoint["state_dict"], strict=strict)
+        init_args = {**(checkpoint.get("hyper_parameters") or {}), **kwargs}
+        parameters = inspect.signature(cls.__init__).parameters.values()
+        if not any(p.kind is p.VAR_KEYWORD for p in parameters):
+            names = {p.name for p in parameters}
+            unknown = [key for key in init_args if key not in names]
+            if unknown:
+                warnings.warn(
+                    f"{cls.__name__}.load_from_checkpoint({path!r}): the saved hyperparameter(s) {unknown} are not "
+                    f"arguments of {cls.__name__}.__init__ and are left out.",
+                    stacklevel=2,
+                )
+                init_args = {key: value for key, value in init_args.items() if key in names}
+        module = cls(**init_args)
         module.on_load_checkpoint(checkpoint)
+        module.load_state_dict(checkpoint["state_dict"], strict=strict)
         return module
 
     # -- helpers for steps --------------------------------------------------------------------
@@ -249,9 +357,15 @@ class Module(torch.nn.Module):
     def manual_backward(self, loss: torch.Tensor, *args: Any, **kwargs: Any) -> None:
         """Backward for manual optimization: goes through the precision plugin (loss scaling) and strategy.
 
-        Extra arguments (``retain_graph=True``...) reach ``loss.backward``.
+        Extra arguments (``retain_graph=True``...) reach ``loss.backward``. ``on_before_backward``
+        and ``on_after_backward`` run around it, and an overridden :meth:`backward` computes the
+        gradients, as in automatic optimization.
         """
-        self.trainer.strategy.backward(loss, None, *args, **kwargs)
+        backward = self._manual_backward
+        if backward is not None:
+            backward(loss, *args, **kwargs)
+        else:
+            self.trainer.strategy.backward(loss, None, *args, **kwargs)
 
     def clip_gradients(
         self,
@@ -278,12 +392,101 @@ class Module(torch.nn.Module):
         optimizer = getattr(optimizer, "optimizer", optimizer)  # the step wrapper of manual optimization
         self.trainer.strategy.clip_gradients(optimizer, float(gradient_clip_val), algorithm)
 
-    def all_gather(self, data: Any, sync_grads: bool = False) -> Any:
-        """Gather tensors in ``data`` from every process: each gains a leading dimension of world size."""
-        from torchplug.utilities.apply import apply_to_tensors
+    def toggle_optimizer(self, optimizer: Any) -> None:
+        """Let only ``optimizer``'s parameters require gradients; the others' wait for :meth:`untoggle_optimizer`.
 
+        For several optimizers in manual optimization (a GAN's generator and discriminator): the
+        backward of one loss then computes no gradient for the other optimizer's parameters.
+        """
+        optimizer = getattr(optimizer, "optimizer", optimizer)  # the step wrapper of manual optimization
+        state: dict[torch.nn.Parameter, bool] = {}
+        for other in self.trainer.optimizers:
+            for group in other.param_groups:
+                for param in group["params"]:
+                    if param not in state:
+                        state[param] = param.requires_grad
+                        param.requires_grad = False
+        for group in optimizer.param_groups:
+            for param in group["params"]:
+                param.requires_grad = state.get(param, True)
+        self._param_requires_grad_state = state
+
+    def untoggle_optimizer(self, optimizer: Any) -> None:
+        """Give the parameters frozen by :meth:`toggle_optimizer` their ``requires_grad`` back."""
+        for param, requires_grad in self._param_requires_grad_state.items():
+            param.requires_grad = requires_grad
+        self._param_requires_grad_state = {}
+
+    @contextlib.contextmanager
+    def toggled_optimizer(self, optimizer: Any) -> Generator[None, None, None]:
+        """:meth:`toggle_optimizer` for the block, :meth:`untoggle_optimizer` after it (also on an error)."""
+        self.toggle_optimizer(optimizer)
+        try:
+            yield
+        finally:
+            self.untoggle_optimizer(optimizer)
+
+    def freeze(self) -> None:
+        """Stop gradients for every parameter and put the module in eval mode (for inference or a frozen backbone)."""
+        for param in self.parameters():
+            param.requires_grad = False
+        self.eval()
+
+    def unfreeze(self) -> None:
+        """Undo :meth:`freeze`: every parameter requires gradients, and the module is in train mode."""
+        for param in self.parameters():
+            param.requires_grad = True
+        self.train()
+
+    def to_torchscript(
+        self,
+        file_path: str | os.PathLike[str] | None = None,
+        method: str = "script",
+        example_inputs: Any = None,
+        **kwargs: Any,
+    ) -> Any:
+        """The module as TorchScript (compiled in eval mode; the module's own mode is kept), saved when given a path.
+
+        Args:
+            file_path: Where to save it with ``torch.jit.save`` (a path or fsspec URL); None: not saved.
+            method: ``"script"`` (``torch.jit.script``) or ``"trace"`` (``torch.jit.trace``).
+            example_inputs: The input to trace with; default :attr:`example_input_array`.
+            **kwargs: Passed to ``torch.jit.script`` or ``torch.jit.trace``.
+        """
+        from torchplug.core import _export
+
+        return _export.to_torchscript(self, file_path, method, example_inputs, **kwargs)
+
+    def to_onnx(self, file_path: str | os.PathLike[str] | None = None, input_sample: Any = None, **kwargs: Any) -> Any:
+        """Export the module to ONNX with ``torch.onnx.export`` (in eval mode; needs ``pip install 'core[onnx]'``).
+
+        Args:
+            file_path: The ``.onnx`` file to write (None: only return torch's export result).
+            input_sample: The input to export with; default :attr:`example_input_array`.
+            **kwargs: Passed to ``torch.onnx.export`` (``dynamo=False`` for the TorchScript-based exporter...).
+        """
+        from torchplug.core import _export
+
+        return _export.to_onnx(self, file_path, input_sample, **kwargs)
+
+    def all_gather(self, data: Any, group: Any | None = None, sync_grads: bool = False) -> Any:
+        """Gather ``data`` (a tensor, a number, or a collection of them) from every process.
+
+        Each tensor gains a leading dimension of size world size; on one process it keeps its
+        shape. Numbers become tensors on :attr:`device`.
+
+        Args:
+            data: What to gather.
+            group: The process group to gather over (default: all processes).
+            sync_grads: Let gradients flow back through the gather.
+        """
+        from torchplug.utilities.apply import apply_to_tensors, numbers_to_tensors
+
+        data = numbers_to_tensors(data, self.device)
         strategy = self.trainer.strategy
-        return apply_to_tensors(data, lambda t: strategy.all_gather(t, sync_grads=sync_grads))
+        if strategy.world_size == 1:
+            return data
+        return apply_to_tensors(data, lambda t: strategy.all_gather(t, group=group, sync_grads=sync_grads))
 
     # -- hooks: override any of them --------------------------------------------------------------
 
@@ -475,6 +678,9 @@ class Module(torch.nn.Module):
         Called in every process at the start of each run, inside the strategy's and precision's
         init contexts; make it idempotent (it runs again for each ``fit``/``validate``...).
         """
+
+    def configure_sharded_model(self) -> None:
+        """The older name of :meth:`configure_model`: an override runs as ``configure_model``, with a warning."""
 
     # -- data hooks ------------------------------------------------------------------------------
 

@@ -2,15 +2,43 @@
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+from typing_extensions import Self
+
+if TYPE_CHECKING:
+    from torchplug.callbacks.model_checkpoint import ModelCheckpoint
 
 __all__ = ["Logger"]
 
 
 class Logger(ABC):
-    """Receives metrics and hyperparameters; the Trainer calls it from global rank 0 only."""
+    """Receives metrics and hyperparameters; the Trainer calls it from global rank 0 only.
+
+    A logger is also a plugin kind: a package registers its class in the ``torchplug_register_loggers``
+    hook, and users name it (``Trainer(logger="mlflow")``, ``--trainer.logger=mlflow``). The Trainer
+    then creates it with :meth:`for_trainer`.
+    """
+
+    @classmethod
+    def for_trainer(cls, default_root_dir: str, **init_params: Any) -> Self:
+        """Create the logger that ``Trainer(logger="<name>")`` asks for, by its registry name.
+
+        The default passes ``save_dir=default_root_dir`` when ``__init__`` takes a ``save_dir``
+        that ``init_params`` (the registered ones) do not set, so that named loggers write under
+        the Trainer's ``default_root_dir`` as its default logger does. Override it when the
+        Trainer's directory means something else to your logger (a tracking store's folder).
+
+        Args:
+            default_root_dir: The Trainer's ``default_root_dir``.
+            **init_params: The params registered with the name.
+        """
+        if "save_dir" not in init_params and "save_dir" in inspect.signature(cls).parameters:
+            init_params["save_dir"] = default_root_dir
+        return cls(**init_params)
 
     @property
     @abstractmethod
@@ -38,6 +66,13 @@ class Logger(ABC):
 
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Record the run's hyperparameters."""
+
+    def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
+        """Called on global rank 0 after ``checkpoint_callback`` wrote a checkpoint (its paths are up to date).
+
+        A tracker that stores checkpoints as artifacts reads ``checkpoint_callback.best_k_models``,
+        ``last_model_path`` and ``best_model_path`` here. The default does nothing.
+        """
 
     def save(self) -> None:
         """Flush what was recorded so far to storage."""

@@ -9,9 +9,9 @@ from typing import Any
 import fsspec
 from typing_extensions import override
 
+from torchplug.loggers._availability import tensorboard_available
 from torchplug.loggers._versions import next_version, version_folder, write_hparams
 from torchplug.loggers.logger import Logger
-from torchplug.utilities.imports import module_available
 
 __all__ = ["TensorBoardLogger"]
 
@@ -19,7 +19,7 @@ _MISSING = "TensorBoardLogger needs tensorboard. Hint: pip install tensorboard"
 
 
 def _require_tensorboard() -> None:
-    if not module_available("tensorboard"):
+    if not tensorboard_available():
         raise ImportError(_MISSING)
 
 
@@ -180,6 +180,12 @@ class TensorBoardLogger(Logger):
         if self._experiment is not None:
             self._experiment.close()
             self._experiment = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the event writer (it holds a thread and a lock): a copy opens its own on first use."""
+        state = self.__dict__.copy()
+        state["_experiment"] = None
+        return state
 
     @override
     def __repr__(self) -> str:

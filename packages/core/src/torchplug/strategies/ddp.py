@@ -9,6 +9,8 @@ from typing import Any, ClassVar
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+from torch.nn.parallel.distributed import _find_tensors
+from torch.optim import Optimizer
 from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
@@ -76,6 +78,8 @@ class DDPStrategy(ParallelStrategy):
         self.start_method = start_method
         self.find_unused_parameters = find_unused_parameters
         self.ddp_kwargs = ddp_kwargs
+        self._manual_sync = False  # inside a manual-optimization training_step whose gradients DDP syncs
+        self._sync_blocked = False  # inside no_backward_sync()
 
     @override
     def configure_launcher(self) -> None:
@@ -108,15 +112,49 @@ class DDPStrategy(ParallelStrategy):
         """Run ``training_step`` through DDP's forward, so its gradients are synchronised."""
         assert self.precision is not None and self.model is not None
         with self.precision.forward_context():
-            return self.model("training_step", *args, **kwargs)
+            model = self.model
+            if isinstance(model, DistributedDataParallel) and not getattr(self.module, "automatic_optimization", True):
+                return self._manual_training_step(model, *args, **kwargs)
+            return model("training_step", *args, **kwargs)
+
+    def _manual_training_step(self, model: DistributedDataParallel, *args: Any, **kwargs: Any) -> Any:
+        """``training_step`` of manual optimization, whose ``manual_backward`` runs inside DDP's forward.
+
+        DDP arms its gradient all-reduce after its forward returns, for a backward that follows it;
+        here the backward comes first, from inside. So DDP's own arming is turned off for this
+        forward, and :meth:`backward` arms the all-reduce right before each ``manual_backward``.
+        """
+        sync = model.require_backward_grad_sync
+        model.require_backward_grad_sync = False
+        self._manual_sync = sync
+        try:
+            return model("training_step", *args, **kwargs)
+        finally:
+            model.require_backward_grad_sync = sync
+            model.require_forward_param_sync = sync  # buffers are broadcast before the next forward, as usual
+            self._manual_sync = False
+
+    @override
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
+        """Backward through the precision plugin; in manual optimization, with DDP's all-reduce armed first."""
+        model = self.model
+        armed = self._manual_sync and not self._sync_blocked and torch.is_grad_enabled()
+        if armed and isinstance(model, DistributedDataParallel):
+            unused = model.find_unused_parameters and not model.static_graph
+            model.reducer.prepare_for_backward(list(_find_tensors(loss)) if unused else [])
+        super().backward(loss, optimizer, *args, **kwargs)
 
     @contextlib.contextmanager
     @override
     def no_backward_sync(self, enabled: bool = True) -> Generator[None, None, None]:
-        """Skip the gradient all-reduce inside the block (for gradient accumulation)."""
+        """Skip the gradient all-reduce inside the block (for gradient accumulation, also in manual optimization)."""
         if enabled and isinstance(self.model, DistributedDataParallel):
-            with self.model.no_sync():
-                yield
+            blocked, self._sync_blocked = self._sync_blocked, True
+            try:
+                with self.model.no_sync():
+                    yield
+            finally:
+                self._sync_blocked = blocked
         else:
             yield
 

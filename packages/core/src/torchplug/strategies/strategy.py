@@ -94,6 +94,7 @@ class Strategy(ABC):
         self.module: torch.nn.Module | None = None
         self.model: torch.nn.Module | None = None
         self.optimizers: list[Optimizer] = []
+        self._module_backward: Callable[..., Any] | None = None  # the module's own backward hook, if it has one
 
     # -- components ---------------------------------------------------------------------------
 
@@ -249,6 +250,11 @@ class Strategy(ABC):
         """Attach the user's module (not yet moved or wrapped)."""
         self.module = module
         self.model = module
+        from torchplug.core.module import Module  # torch is imported by now: a run is starting
+        from torchplug.trainer.hooks import is_overridden
+
+        overridden = isinstance(module, Module) and is_overridden(module, "backward", Module)
+        self._module_backward = getattr(module, "backward") if overridden else None  # noqa: B009
 
     def setup_environment(self) -> None:
         """Prepare this process: select its device, and for parallel strategies join the process group.
@@ -323,11 +329,20 @@ class Strategy(ABC):
         with self.precision.forward_context():
             return step(*args, **kwargs)
 
-    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None) -> None:
-        """Compute gradients of ``loss`` through the precision plugin (which may scale it)."""
+    def backward(self, loss: torch.Tensor, optimizer: Optimizer | None, *args: Any, **kwargs: Any) -> None:
+        """Compute gradients of ``loss`` through the precision plugin (which may scale it).
+
+        Extra arguments (``retain_graph=True``... from ``manual_backward``) reach ``loss.backward``.
+        Where the module overrides its ``backward`` hook, that hook computes the gradients of the
+        (scaled) loss in place of the precision's ``backward``, and receives them.
+        """
         assert self.precision is not None and self.model is not None
         loss = self.precision.pre_backward(loss, self.model)
-        self.precision.backward(loss, self.model, optimizer)
+        module_backward = self._module_backward
+        if module_backward is None:
+            self.precision.backward(loss, self.model, optimizer, *args, **kwargs)
+        else:
+            module_backward(loss, *args, **kwargs)
         self.precision.post_backward(loss, self.model)
 
     def optimizer_step(self, optimizer: Optimizer, closure: Callable[[], Any] | None = None) -> Any:

@@ -51,6 +51,7 @@ _CHECK_MODULES: Final = (
     "torchplug.testing._checks_strategy",
     "torchplug.testing._checks_io",
     "torchplug.testing._checks_environment",
+    "torchplug.testing._checks_logger",
     "torchplug.testing._checks_training",  # last: the checks that train take the longest
 )
 
@@ -110,7 +111,7 @@ def checks_for(kind: str) -> list[Check]:
     """Every check of ``kind``, in the order they run (cheap contract checks first, training last).
 
     Raises:
-        ValueError: ``kind`` is not one of the five plugin kinds.
+        ValueError: ``kind`` is not one of the six plugin kinds.
     """
     global _loaded
     if kind not in _REGISTRY:

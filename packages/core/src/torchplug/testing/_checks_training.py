@@ -15,6 +15,9 @@ from torchplug.testing._check import CheckFailed, CheckSkipped, check
 from torchplug.testing._context import Context
 from torchplug.testing._processes import worker_fit
 
+#: The kinds of the hardware stack (every kind but loggers): their checks ask trainer.describe() and resume.
+HARDWARE_KINDS: Final = tuple(kind for kind in KINDS if kind != "logger")
+
 #: The precision names every user may write (the accelerator maps or refuses each).
 STANDARD_PRECISIONS: Final = ("64-true", "32-true", "16-mixed", "bf16-mixed", "16-true", "bf16-true")
 
@@ -37,7 +40,7 @@ def _distributed(context: Context) -> bool:
 
 
 @check(
-    KINDS,
+    HARDWARE_KINDS,
     "describe",
     summary="Trainer(...) built with this plugin by name uses it, and trainer.describe() says so",
     fix="make the class constructible from its registered init params alone, and accept what the Trainer "
@@ -172,7 +175,7 @@ def precision_declared(context: Context) -> str:
 
 
 @check(
-    KINDS,
+    HARDWARE_KINDS,
     "checkpoint_resume",
     summary="a run interrupted after a checkpoint and resumed from it ends bit-for-bit as an uninterrupted run",
     fix="save everything a resume needs (for an accelerator: get_rng_state() with every device generator; for a "

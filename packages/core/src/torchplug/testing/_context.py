@@ -46,6 +46,7 @@ _LABELS: Final = {
     "precision": "precision",
     "checkpoint_io": "checkpoint IO",
     "cluster_environment": "cluster environment",
+    "logger": "logger",
 }
 
 
@@ -58,7 +59,7 @@ class Subject:
     """The plugin under test: its kind, registry name and entry, and the accelerator its checks train on.
 
     Attributes:
-        kind: One of the five plugin kinds.
+        kind: One of the six plugin kinds.
         name: The registry name (or alias, or ``name@provider``) as given.
         entry: The registry entry the name selects.
         host: The plugins of this process (the checks resolve names from it).
@@ -85,7 +86,7 @@ class Subject:
         accelerator: str | None = None,
         variables: Mapping[str, str] | None = None,
     ) -> Subject:
-        """Find the plugin registered as ``name`` (among the five kinds, or only ``kind``).
+        """Find the plugin registered as ``name`` (among the six kinds, or only ``kind``).
 
         Raises:
             UsageError: No plugin registers the name, several kinds do and ``kind`` is not given,
@@ -116,9 +117,13 @@ class Subject:
     def load(self) -> Any:
         """The plugin's class (imported on first use; raises the registry's ``BrokenPluginError``).
 
-        Typed ``Any``: the checks read the class attributes of whichever kind it is.
+        Typed ``Any``: the checks read the class attributes of whichever kind it is. An accelerator
+        is seen as its ``runtime_class()`` (the class an instance will have on this machine).
         """
-        return self.entry.load()
+        cls = self.entry.load()
+        if self.kind == "accelerator":
+            return cls.runtime_class()
+        return cls
 
     def create(self) -> Any:
         """A new instance, with the registered init params."""
@@ -192,6 +197,8 @@ class Subject:
             arguments["precision"] = self.name
         elif self.kind in ("checkpoint_io", "cluster_environment"):
             arguments["plugins"] = [self.name]
+        elif self.kind == "logger":
+            arguments["logger"] = self.name
         return arguments
 
 

@@ -167,6 +167,7 @@ def quiet(root: Path, **kwargs: Any) -> dict[str, Any]:
         "logger": False,
         "enable_progress_bar": False,
         "enable_checkpointing": False,
+        "enable_model_summary": False,
         "num_sanity_val_steps": 0,
         "max_epochs": 2,
         **kwargs,

@@ -35,6 +35,7 @@ __all__ = [
     "AcceleratorSuite",
     "CheckpointIOSuite",
     "ClusterEnvironmentSuite",
+    "LoggerSuite",
     "PluginSuite",
     "PrecisionSuite",
     "StrategySuite",
@@ -45,7 +46,7 @@ RESULT_PROPERTY = "torchplug_conformance"
 
 
 class PluginSuite:
-    """The checks of one plugin kind as tests; subclass one of the five kind suites, not this class.
+    """The checks of one plugin kind as tests; subclass one of the six kind suites, not this class.
 
     Attributes:
         kind: The plugin kind (set by each kind's suite).
@@ -161,3 +162,9 @@ class ClusterEnvironmentSuite(PluginSuite):
     """The conformance checks of a ClusterEnvironment, under :attr:`environment_variables`."""
 
     kind: ClassVar[str] = "cluster_environment"
+
+
+class LoggerSuite(PluginSuite):
+    """The conformance checks of a Logger: its API called as the Trainer calls it, a fit with ``logger=NAME``."""
+
+    kind: ClassVar[str] = "logger"

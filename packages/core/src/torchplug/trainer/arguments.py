@@ -14,6 +14,7 @@ from typing import Any
 from torchplug._errors import MisconfigurationError
 
 __all__ = [
+    "check_barebones",
     "check_bool",
     "check_clip_algorithm",
     "check_clip_val",
@@ -145,3 +146,28 @@ def check_nonfinite_loss(value: Any) -> str:
         f"nonfinite_loss={value!r}: choose 'raise' (stop with an error naming the step), 'skip' (skip the "
         "optimizer step of such a batch, with a warning) or 'ignore'."
     )
+
+
+#: The settings ``barebones=True`` turns off, each with the value that would turn it on.
+_BAREBONES_OFF = (
+    ("enable_checkpointing", "checkpointing"),
+    ("logger", "logging"),
+    ("enable_progress_bar", "the progress bar"),
+    ("enable_model_summary", "the model summary"),
+    ("num_sanity_val_steps", "the sanity check"),
+    ("fast_dev_run", "a development run"),
+    ("detect_anomaly", "anomaly detection"),
+    ("profiler", "profiling"),
+)
+
+
+def check_barebones(given: dict[str, Any]) -> None:
+    """``barebones=True`` turns off everything that costs speed; asking for one of those too is an error naming it."""
+    for name, feature in _BAREBONES_OFF:
+        value = given.get(name)
+        if value is None or value is False or (name in ("num_sanity_val_steps", "fast_dev_run") and value == 0):
+            continue
+        raise MisconfigurationError(
+            f"Trainer(barebones=True, {name}={value!r}): {feature} can cost speed, so barebones mode turns it off. "
+            f"Hint: remove {name}=, or barebones=True."
+        )

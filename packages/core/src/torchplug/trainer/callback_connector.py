@@ -12,7 +12,7 @@ from torchplug.utilities.rank_zero import rank_zero_info
 if TYPE_CHECKING:
     from torchplug.core.module import Module
 
-__all__ = ["attach_model_callbacks", "build_callbacks", "ordered"]
+__all__ = ["add_feature_callbacks", "attach_model_callbacks", "build_callbacks", "ordered"]
 
 
 def _as_callbacks(callbacks: Callback | Iterable[Callback] | None, what: str) -> list[Callback]:
@@ -52,6 +52,28 @@ def build_callbacks(
     if enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in given):
         given.append(ProgressBar())
     return ordered(given)
+
+
+def add_feature_callbacks(callbacks: list[Callback], model_summary: bool, max_time: Any) -> list[Callback]:
+    """Add the callbacks behind Trainer flags: a ModelSummary (``enable_model_summary``), a Timer (``max_time``).
+
+    A callback of the same type given by the user is kept instead (a ``Timer`` given with
+    ``max_time=`` too is an error: two budgets would disagree).
+    """
+    from torchplug.callbacks.model_summary import ModelSummary
+    from torchplug.callbacks.timer import Timer
+
+    added: list[Callback] = []
+    if model_summary and not any(isinstance(c, ModelSummary) for c in callbacks):
+        added.append(ModelSummary())
+    if max_time is not None:
+        if any(isinstance(c, Timer) for c in callbacks):
+            raise MisconfigurationError(f"max_time={max_time!r}, but callbacks= holds a Timer too. Remove one of them.")
+        try:
+            added.append(Timer(max_time))
+        except ValueError as exc:
+            raise MisconfigurationError(str(exc)) from exc
+    return ordered(callbacks + added) if added else callbacks
 
 
 def attach_model_callbacks(callbacks: list[Callback], module: Module) -> list[Callback]:

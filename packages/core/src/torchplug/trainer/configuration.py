@@ -2,17 +2,24 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from torchplug._errors import MisconfigurationError
 from torchplug.core.module import Module
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.states import TrainerFn
+from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
 
-__all__ = ["apply_deterministic", "verify_loop_configuration"]
+__all__ = [
+    "BAREBONES_RESULTS",
+    "apply_benchmark",
+    "apply_deterministic",
+    "convert_sync_batchnorm",
+    "verify_loop_configuration",
+]
 
 _REQUIRED_STEP = {
     TrainerFn.FITTING: "training_step",
@@ -45,3 +52,47 @@ def apply_deterministic(deterministic: bool | str, accelerator: Accelerator) -> 
     torch.use_deterministic_algorithms(bool(deterministic), warn_only=deterministic == "warn")
     if deterministic:
         accelerator.deterministic_setup()  # device settings deterministic kernels need (cuBLAS workspace...)
+
+
+def apply_benchmark(benchmark: bool | None, deterministic: bool | str | None, accelerator: Accelerator) -> None:
+    """``Trainer(benchmark=...)``, asked of the accelerator; said aloud when the accelerator has no such setting.
+
+    None leaves the accelerator's setting alone, except that ``deterministic=True`` turns it off.
+    """
+    if benchmark is None:
+        if deterministic is True:
+            accelerator.set_benchmark(False)
+        return
+    if benchmark and deterministic is True:
+        rank_zero_warn(
+            "benchmark=True with deterministic=True: tuned kernels may be chosen differently from run to run, so "
+            "results may vary. Hint: pass benchmark=False (or leave it None) for reproducible runs."
+        )
+    if not accelerator.set_benchmark(benchmark):
+        rank_zero_warn(
+            f"benchmark={benchmark!r} has no effect on {type(accelerator).__name__}: it has no kernel tuning to switch."
+        )
+
+
+def convert_sync_batchnorm(module: Module) -> None:
+    """``Trainer(sync_batchnorm=True)``: every BatchNorm layer of ``module`` becomes a SyncBatchNorm, in place."""
+    import torch
+
+    for name, child in list(module.named_children()):
+        converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(child)
+        if converted is not child:
+            setattr(module, name, converted)
+
+
+class _BarebonesResults:
+    """What ``self.log`` reaches under ``Trainer(barebones=True)``: an error, since nothing is logged there."""
+
+    def log(self, name: str, *args: Any, **kwargs: Any) -> None:
+        raise MisconfigurationError(
+            f"self.log({name!r}) under Trainer(barebones=True): barebones mode logs nothing. "
+            "Hint: remove the self.log calls, or barebones=True."
+        )
+
+
+#: The metric store of a barebones run (see :class:`_BarebonesResults`).
+BAREBONES_RESULTS: Any = _BarebonesResults()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Iterable, Sized
+from collections.abc import Callable, Iterable, Mapping, Sized
 from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import DataLoader, DistributedSampler, RandomSampler, SequentialSampler
@@ -17,6 +17,7 @@ from torchplug.strategies.strategy import Strategy
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.apply import move_to_device
+from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.env_vars import env_int
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -88,6 +89,18 @@ def with_distributed_sampler(loader: Any, sampler_kwargs: dict[str, Any] | None,
             "all the data. Hint: pass use_distributed_sampler=False and shard it yourself."
         )
         return loader
+
+
+def sequential(loader: Any, what: str) -> Any:
+    """``loader`` reading its data in order (``overfit_batches``): a shuffling DataLoader is rebuilt, with a warning."""
+    if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler) or loader.batch_size is None:
+        return loader
+    rank_zero_warn(f"overfit_batches is set, so the {what} are read in order: their shuffling is turned off.")
+    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    return type(loader)(loader.dataset, batch_size=loader.batch_size, shuffle=False, **kwargs)
 
 
 def num_batches(loader: Any) -> float:
@@ -213,6 +226,8 @@ class DataConnector:
         self.val_loaders: list[Any] = []
         self.num_val_batches: list[float] = []
         self.eval_batches: dict[TrainerFn, list[float]] = {}
+        self._fit_given: tuple[Any, Any] = (None, None)
+        self._train_ready = self._val_ready = True  # nothing pending before the first fit
 
     def prepare_data(self) -> None:
         """Run ``prepare_data`` of the DataModule and the module on each node's local rank 0, then wait for it."""
@@ -240,26 +255,97 @@ class DataConnector:
             loader = with_distributed_sampler(loader, trainer.strategy.distributed_sampler_kwargs, shuffle_default)
         return trainer.strategy.process_dataloader(loader)
 
+    def _train_loader(self, train: Any) -> Any:
+        """One training loader; several (a dict, a list or a CombinedLoader) are combined, each processed."""
+        overfit = self._trainer.overfit_batches
+        if isinstance(train, (Mapping, list, tuple)):
+            train = CombinedLoader(train, "max_size_cycle")
+        if isinstance(train, CombinedLoader):
+            if train.mode == "sequential":
+                rank_zero_warn(
+                    "fit() with CombinedLoader(mode='sequential'): training_step receives every batch of the first "
+                    "loader, then of the next, with batch_idx counting over the whole epoch."
+                )
+            loaders = [self.process(loader, "train_dataloaders", True) for loader in train.flattened]
+            train.flattened = [sequential(loader, "train_dataloaders") for loader in loaders] if overfit else loaders
+            return train
+        loader = self.process(train, "train_dataloaders", True)
+        return sequential(loader, "train_dataloaders") if overfit else loader
+
+    def reload_fit(self) -> None:
+        """Ask the DataModule (or module) for new fit dataloaders now (``reload_dataloaders_every_n_epochs``)."""
+        self.setup_fit(*self._fit_given)
+        self.setup_train()
+        self.setup_val()
+
     def setup_fit(self, train: Any, val: Any) -> None:
-        """The training loader and, when the module can validate, the validation loaders, with their batch counts."""
-        trainer = self._trainer
-        train = train if train is not None else self.source("train_dataloader")
-        if train is None:
+        """Note where ``fit``'s data comes from; the loaders are requested later, when the loop needs them.
+
+        As in Lightning, ``val_dataloader()`` is called by the sanity check, ``train_dataloader()``
+        when training starts (then ``val_dataloader()`` if there was no sanity check), or earlier
+        when ``trainer.estimated_stepping_batches`` is read (in ``configure_optimizers``, say).
+
+        Raises:
+            MisconfigurationError: There is no training data anywhere.
+        """
+        if train is None and not self.defines("train_dataloader"):
             raise MisconfigurationError(
                 "fit() needs training data: pass train_dataloaders=..., a DataModule with "
                 "train_dataloader(), or define train_dataloader() on the model."
             )
-        self.train_loader = self.process(train, "train_dataloaders", True)
-        self.num_training_batches = limit_batches(
-            num_batches(self.train_loader), trainer.limit_train_batches, "limit_train_batches"
-        )
+        self._fit_given = (train, val)
+        self._train_ready = self._val_ready = False
+        self.train_loader, self.num_training_batches = None, math.inf
         self.val_loaders, self.num_val_batches = [], []
+
+    def defines(self, hook: str) -> bool:
+        """Whether the DataModule or the module defines ``hook`` (``"train_dataloader"``...), without calling it."""
+        trainer = self._trainer
+        return any(
+            owner is not None and is_overridden(owner, hook, base)
+            for owner, base in ((trainer.datamodule, DataModule), (trainer.module, Module))
+        )
+
+    @property
+    def validation_possible(self) -> bool:
+        """Whether ``fit`` may validate: ``validation_step``, validation data, and ``limit_val_batches`` above 0.
+
+        Decided without requesting the validation loaders.
+        """
+        trainer = self._trainer
         if not is_overridden(trainer.module, "validation_step", Module) or trainer.limit_val_batches == 0:
+            return False
+        return self._fit_given[1] is not None or self.defines("val_dataloader")
+
+    def setup_train(self) -> None:
+        """Request and prepare the training loader, once per ``fit``."""
+        if self._train_ready:
+            return
+        self._train_ready = True
+        train = self._fit_given[0]
+        train = train if train is not None else self.source("train_dataloader")
+        if train is None:
+            raise MisconfigurationError("train_dataloader() returned None: fit() needs training data.")
+        self.train_loader = self._train_loader(train)
+        self.num_training_batches = limit_batches(
+            num_batches(self.train_loader), self._trainer.limit_train_batches, "limit_train_batches"
+        )
+
+    def setup_val(self) -> None:
+        """Request and prepare ``fit``'s validation loaders, once per ``fit`` (none when it cannot validate)."""
+        if self._val_ready:
+            return
+        self._val_ready = True
+        if not self.validation_possible:
             return  # no validation: its dataloader is not even requested
+        val = self._fit_given[1]
         loaders = as_list(val if val is not None else self.source("val_dataloader"))
         self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
+        if self._trainer.overfit_batches:
+            self.val_loaders = [sequential(v, "val_dataloaders") for v in self.val_loaders]
         self.num_val_batches = [
-            limit_batches(num_batches(v), trainer.limit_val_batches, "limit_val_batches") for v in self.val_loaders
+            limit_batches(num_batches(v), self._trainer.limit_val_batches, "limit_val_batches")
+            for v in self.val_loaders
         ]
 
     def setup_evaluation(self, fn: TrainerFn, dataloaders: Any) -> tuple[list[Any], list[float]]:

@@ -14,6 +14,7 @@ from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
 from torchplug.trainer.data import batch_transfer
 from torchplug.trainer.hooks import is_overridden
+from torchplug.trainer.metrics import BATCH_EVAL, EPOCH
 from torchplug.trainer.optimization import accepts_batch_idx
 from torchplug.trainer.states import RunningStage
 
@@ -105,14 +106,30 @@ class EvaluationLoop:
         hooks: Runs the callbacks' and the module's hooks.
         logging: Receives the logged metrics.
         stage: :attr:`RunningStage.VALIDATING` or :attr:`RunningStage.TESTING`.
+        inside_fit: The validation loop of ``fit``: the step at which each batch's metrics are
+            logged counts on across its runs (until :meth:`reset_step_counts`), as in Lightning.
+            Otherwise it starts from 0 at each run.
     """
 
-    def __init__(self, trainer: Trainer, hooks: HookRunner, logging: LoggerConnector, stage: RunningStage) -> None:
+    def __init__(
+        self,
+        trainer: Trainer,
+        hooks: HookRunner,
+        logging: LoggerConnector,
+        stage: RunningStage,
+        inside_fit: bool = False,
+    ) -> None:
         self.trainer = trainer
         self._hooks = hooks
         self._logging = logging
         self.stage = stage
         self._modes = _ModuleModes()
+        self._inside_fit = inside_fit
+        self._seen: dict[int, int] = {}  # batches evaluated per dataloader: the logger step of their metrics
+
+    def reset_step_counts(self) -> None:
+        """Start counting the logger steps of per-batch metrics from 0 again (at the start of a ``fit``)."""
+        self._seen = {}
 
     def run(
         self,
@@ -137,17 +154,22 @@ class EvaluationLoop:
         trainer.state.stage = RunningStage.SANITY_CHECKING if sanity else self.stage
         step = _step_function(trainer, step_name, len(loaders))
         results.set_stage(store, reset=True)
-        results.defaults = (False, True)
+        results.phase = EPOCH
+        if not self._inside_fit:
+            self._seen = {}
         self._model_eval(infix)
         hooks.call(f"on_{infix}_start")
         hooks.call(f"on_{infix}_epoch_start")
         on_start = hooks.batch_hooks(f"on_{infix}_batch_start")
         on_end = hooks.batch_hooks(f"on_{infix}_batch_end")
         several = len(loaders) > 1
+        log_steps = not sanity and bool(self._logging.loggers)
+        seen = self._seen
+        results.phase = BATCH_EVAL
         with grad_context(trainer):
             for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
                 transfer = batch_transfer(trainer, loader_idx)
-                results.suffix = f"/dataloader_idx_{loader_idx}" if several else ""
+                results.dataloader_idx = loader_idx if several else None
                 extra = (loader_idx,) if several else ()
                 for batch_idx, batch in enumerate(loader):
                     if batch_idx >= limit:
@@ -159,17 +181,26 @@ class EvaluationLoop:
                     outputs = step(batch, batch_idx, *extra)
                     for hook in on_end:
                         hook(outputs, batch, batch_idx, *extra)
-        results.suffix = ""
+                    if not sanity:
+                        count = seen.get(loader_idx, 0)
+                        seen[loader_idx] = count + 1
+                        if log_steps:
+                            self._logging.log_eval_step_metrics(count)
+                if several:
+                    results.compute_epoch(store, loader_idx)  # this dataloader's values, now it is done
+        results.dataloader_idx = None
+        results.phase = EPOCH
         if after_batches is not None:
             after_batches()
         hooks.call(f"on_{infix}_epoch_end")
         results.compute_epoch(store)
-        metrics = results.epoch_metrics(store)
         if not sanity:
             self._logging.log_epoch_metrics(store, trainer.fit_loop.progress.stepped_batches)
+        results.phase = None
         hooks.call(f"on_{infix}_end")
+        results.reset_metric_objects(store)
         self._model_train(infix)
-        return _split_by_loader(metrics, len(loaders))
+        return results.results_per_dataloader(store, len(loaders))
 
     def _model_eval(self, infix: str) -> None:
         self._modes.capture(self.trainer.module)
@@ -181,17 +212,6 @@ class EvaluationLoop:
             hook()
         else:
             self._modes.restore()
-
-
-def _split_by_loader(metrics: dict[str, float], count: int) -> list[dict[str, float]]:
-    if count <= 1:
-        return [dict(metrics)]
-    out: list[dict[str, float]] = [{} for _ in range(count)]
-    for key, value in metrics.items():
-        for idx in range(count):
-            if key.endswith(f"/dataloader_idx_{idx}"):
-                out[idx][key] = value
-    return out
 
 
 class PredictionLoop:

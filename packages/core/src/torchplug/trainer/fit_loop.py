@@ -19,10 +19,12 @@ from torchplug._errors import MisconfigurationError
 from torchplug.trainer.checkpoint_connector import gradients_of, load_gradients
 from torchplug.trainer.data import batch_transfer
 from torchplug.trainer.evaluation_loop import EvaluationLoop
+from torchplug.trainer.metrics import BATCH_TRAIN, EPOCH
 from torchplug.trainer.nonfinite import LossCheck
-from torchplug.trainer.optimization import automatic_step, manual_optimizers, manual_step
+from torchplug.trainer.optimization import automatic_step, manual_backward, manual_optimizers, manual_step
 from torchplug.trainer.schedulers import SchedulerStepper
 from torchplug.trainer.states import FitProgress, RunningStage
+from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
 
@@ -53,11 +55,12 @@ def _skip(iterator: Iterator[Any], count: int) -> None:
 def _set_sampler_epoch(loader: Any, epoch: int) -> None:
     """Let DistributedSampler and friends reshuffle per epoch: the loader's sampler and batch sampler, once each."""
     seen: set[int] = set()
-    for sampler in (getattr(loader, "sampler", None), getattr(loader, "batch_sampler", None)):
-        set_epoch = getattr(sampler, "set_epoch", None)
-        if callable(set_epoch) and id(sampler) not in seen:
-            seen.add(id(sampler))
-            set_epoch(epoch)
+    for each in getattr(loader, "flattened", None) or [loader]:  # a CombinedLoader's loaders, each
+        for sampler in (getattr(each, "sampler", None), getattr(each, "batch_sampler", None)):
+            set_epoch = getattr(sampler, "set_epoch", None)
+            if callable(set_epoch) and id(sampler) not in seen:
+                seen.add(id(sampler))
+                set_epoch(epoch)
 
 
 class FitLoop:
@@ -89,7 +92,7 @@ class FitLoop:
         self._preemption = preemption
         self.progress = FitProgress()
         #: The validation loop run inside ``fit``.
-        self.val_loop = EvaluationLoop(trainer, hooks, logging, RunningStage.VALIDATING)
+        self.val_loop = EvaluationLoop(trainer, hooks, logging, RunningStage.VALIDATING, inside_fit=True)
         #: The loss of the last training batch, as computed (not detached: use :attr:`last_loss` to read it).
         self.raw_loss: torch.Tensor | None = None
         #: Validate every this many batches (``inf``: at the end of each epoch of an unsized loader).
@@ -157,7 +160,10 @@ class FitLoop:
 
     @property
     def validation_enabled(self) -> bool:
-        """Whether ``fit`` validates: validation data with batches, and a module that defines ``validation_step``."""
+        """Whether ``fit`` validates: validation data with batches, and a module that defines ``validation_step``.
+
+        Known once the validation loaders were requested (the sanity check, or the start of training).
+        """
         return bool(self._data.val_loaders) and any(self._data.num_val_batches)
 
     def setup_validation_schedule(self) -> None:
@@ -210,25 +216,36 @@ class FitLoop:
         trainer.state.stage = RunningStage.TRAINING
         assert self._logging.results is not None
         self._logging.results.set_stage("train", reset=False)
-        self._logging.results.defaults = _TRAIN_DEFAULTS
+        self._logging.results.phase = BATCH_TRAIN
 
     def sanity_check(self) -> None:
-        """Run a few validation batches before training, to find bugs in ``validation_step`` early."""
+        """Run a few validation batches before training, to find bugs in ``validation_step`` early.
+
+        The random state is restored afterwards (Python, NumPy, torch and the accelerator's), so
+        training draws the same numbers with or without the sanity check.
+        """
         trainer = self.trainer
         steps = trainer.num_sanity_val_steps
-        if not steps or not self.validation_enabled or self.progress.global_step:
+        if not steps or not self._data.validation_possible or self.progress.global_step:
             return
-        limits = [n if steps == -1 else min(steps, n) for n in self._data.num_val_batches]
+        accelerator = trainer.accelerator
+        rng, device_rng = capture_rng_states(), accelerator.get_rng_state()
         trainer.state.stage = RunningStage.SANITY_CHECKING
         for hook in self._hooks.callbacks("on_sanity_check_start"):
             hook()
-        self.val_loop.run(self._data.val_loaders, limits, sanity=True)
-        assert self._logging.results is not None
-        self._logging.results.drop_stage("sanity_check")
-        self._logging.reset_metrics()  # the sanity check's values reach no logger and no later callback
+        self._data.setup_val()  # val_dataloader() is called here, as in Lightning
+        if self.validation_enabled:
+            limits = [n if steps == -1 else min(steps, n) for n in self._data.num_val_batches]
+            self.val_loop.run(self._data.val_loaders, limits, sanity=True)
+            assert self._logging.results is not None
+            self._logging.results.drop_stage("sanity_check")
+            self._logging.reset_metrics()  # the sanity check's values reach no logger and no later callback
         for hook in self._hooks.callbacks("on_sanity_check_end"):
             hook()
         trainer.state.stage = None
+        restore_rng_states(rng)
+        if device_rng is not None:
+            accelerator.set_rng_state(device_rng)
 
     # -- the loop ---------------------------------------------------------------------------------
 
@@ -244,6 +261,10 @@ class FitLoop:
     def run(self) -> None:
         """Train until :meth:`done`."""
         trainer = self.trainer
+        # As in Lightning: train_dataloader() here, after the sanity check, then val_dataloader() unless it ran
+        self._data.setup_train()
+        self._data.setup_val()
+        self.setup_validation_schedule()
         if self._data.num_training_batches == 0:
             rank_zero_info("fit() stopped: no training batches (limit_train_batches=0 or an empty loader).")
             return
@@ -258,16 +279,25 @@ class FitLoop:
                     "training_step steps the optimizers itself. Hint: check the loss there "
                     "(torch.isfinite(loss)) before calling step(), and use nonfinite_loss='raise' or 'ignore'."
                 )
-            trainer.module._step_optimizers = manual_optimizers(trainer, self)
+            trainer.module._step_optimizers = manual_optimizers(trainer, self, self._hooks)
+            trainer.module._manual_backward = manual_backward(trainer, self._hooks)
+        results = self._logging.results
+        assert results is not None
+        trainer.state.stage = RunningStage.TRAINING
+        results.set_stage("train", reset=False)
+        results.phase = EPOCH  # on_train_start may log epoch values
         self._hooks.call("on_train_start")
+        profiler = trainer.profiler
+        run_epoch = profiler.wrap("run_training_epoch", self.run_epoch) if profiler.active else self.run_epoch
         while not self.done() and not self._preemption.preempted:
             steps, fresh = self.progress.global_step, self.progress.batches_done == 0
-            self.run_epoch()
+            run_epoch()
             if fresh and self.progress.global_step == steps and trainer.max_epochs in (None, -1):
                 self._warn_no_step(steps)
                 break
         if self.progress.batches_done:  # stopped in the middle of an epoch: its end did not check
             self.loss_check.check(self.raw_loss, self.progress.batches_done - 1)
+        results.phase = None
         self._hooks.call("on_train_end")
 
     def _warn_no_step(self, steps: int) -> None:
@@ -295,8 +325,12 @@ class FitLoop:
         trainer, progress = self.trainer, self.progress
         trainer.state.stage = RunningStage.TRAINING
         resuming = progress.batches_done > 0
+        every = trainer.reload_dataloaders_every_n_epochs
+        if every and not resuming and progress.epoch and progress.epoch % every == 0:
+            self._data.reload_fit()
+            self.setup_validation_schedule()
         assert self._logging.results is not None
-        self._logging.results.set_stage("train", reset=not resuming)
+        self._logging.results.set_stage("train", reset=False)  # cleared at the end of each epoch
         iterator = self._epoch_iterator()
         self._plateau_steps = self._schedulers.has_plateau_step_interval
         self._logs = bool(self._logging.loggers)
@@ -305,12 +339,12 @@ class FitLoop:
         stop = False
         results = self._logging.results
         if not resuming:
-            results.defaults = _EVAL_DEFAULTS
+            results.phase = EPOCH
             self._hooks.call("on_train_epoch_start")
         elif not progress.tail_done:  # the checkpoint was written before the last batch's validation
             is_last = progress.batches_done >= self._data.num_training_batches
             stop = self._after_batch(progress.batches_done - 1, is_last, not self._pending_gradients, resumed=True)
-        results.defaults = _TRAIN_DEFAULTS  # self.log in training_step and the batch hooks
+        results.phase = BATCH_TRAIN  # self.log in training_step and the batch hooks
         if not stop:
             self._run_batches(iterator)
         if not self._preemption.preempted:
@@ -327,7 +361,7 @@ class FitLoop:
         else:
             restore_rng_states(progress.epoch_rng)
         _set_sampler_epoch(loader, progress.epoch)
-        iterator: Iterator[Any] = iter(loader)
+        iterator: Iterator[Any] = loader.batches() if isinstance(loader, CombinedLoader) else iter(loader)
         if progress.batches_done:
             _skip(iterator, progress.batches_done)
         if self._resume_rng is not None:
@@ -382,6 +416,10 @@ class FitLoop:
         train_step = automatic_step(trainer, self, hooks) if automatic else manual_step(trainer, self, hooks)
         accumulate = trainer.batches_per_optimizer_step if automatic else 1
         schedulers = self._schedulers
+        profiler = trainer.profiler
+        if profiler.active:  # decided once per epoch: without a profiler nothing is wrapped
+            transfer = profiler.wrap("batch_to_device", transfer)
+            train_step = profiler.wrap("run_training_batch", train_step)
         step_schedulers = automatic and schedulers.has_step_interval
         epoch_schedulers = automatic and schedulers.has_epoch_interval
 
@@ -457,7 +495,7 @@ class FitLoop:
         assert results is not None
         trainer.state.stage = RunningStage.TRAINING
         results.set_stage("train", reset=False)
-        results.defaults = _EVAL_DEFAULTS
+        results.phase = EPOCH
         self.loss_check.check(self.raw_loss, progress.batches_done - 1)  # before the epoch's metrics and checkpoints
         self._hooks.call("on_train_epoch_end", monitoring=False)
         results.compute_epoch("train")
@@ -466,10 +504,9 @@ class FitLoop:
         self._logging.log_epoch_metrics("train", max(progress.stepped_batches - 1, 0))
         progress.epoch_finished = True
         self._hooks.call("on_train_epoch_end", monitoring=True)
+        results.reset_metric_objects("train")
+        results.set_stage("train", reset=True)  # the next epoch starts with no values (those read so far are kept)
         self._next_epoch()
 
 
 _NOTHING: Any = object()
-#: ``self.log``'s defaults of ``on_step``/``on_epoch`` inside training batches, and everywhere else.
-_TRAIN_DEFAULTS = (True, False)
-_EVAL_DEFAULTS = (False, True)

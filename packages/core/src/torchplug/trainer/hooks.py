@@ -49,6 +49,8 @@ class HookRunner:
     def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
         self._cache: dict[tuple[str, bool | None], list[Hook]] = {}
+        #: The run's profiler: when it is active, every hook bound from now on is timed by it.
+        self.profiler: Any = None
 
     def reset(self) -> None:
         """Forget the bound lists (at the start of a run: the module or the callbacks may have changed)."""
@@ -66,7 +68,10 @@ class HookRunner:
         if hooks is None:
             trainer = self._trainer
             hooks = self._cache[key] = [
-                functools.partial(getattr(callback, name), trainer, trainer.module)
+                self._timed(
+                    f"[Callback]{callback.state_key}.{name}",
+                    functools.partial(getattr(callback, name), trainer, trainer.module),
+                )
                 for callback in trainer.callbacks
                 if is_overridden(callback, name, Callback)
                 and (monitoring is None or getattr(callback, "monitors_metrics", False) is monitoring)
@@ -76,7 +81,17 @@ class HookRunner:
     def module_hook(self, name: str) -> Hook | None:
         """The module's bound ``name`` hook when the module overrides it, else None."""
         module = self._trainer.module
-        return getattr(module, name) if is_overridden(module, name, Module) else None
+        if not is_overridden(module, name, Module):
+            return None
+        return self._timed(f"[Module]{type(module).__name__}.{name}", getattr(module, name))
+
+    def _timed(self, action: str, hook: Hook) -> Hook:
+        """``hook`` itself, or timed by the profiler when one is active (decided as the hook is bound)."""
+        profiler = self.profiler
+        if profiler is None or not profiler.active:
+            return hook
+        timed: Hook = profiler.wrap(action, hook)
+        return timed
 
     def datamodule_hook(self, name: str) -> Hook | None:
         """The datamodule's bound ``name`` hook when there is a datamodule and it overrides it, else None."""

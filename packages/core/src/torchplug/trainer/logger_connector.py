@@ -2,18 +2,17 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import torch
 
-from torchplug._errors import MisconfigurationError
 from torchplug.loggers.logger import Logger
 from torchplug.trainer.metrics import MetricStore
 
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
 
-__all__ = ["LoggerConnector", "build_loggers"]
+__all__ = ["LoggerConnector"]
 
 
 class LoggerConnector:
@@ -27,16 +26,23 @@ class LoggerConnector:
         self._trainer = trainer
         #: The metrics of the run in progress (None before the first run).
         self.results: MetricStore | None = None
-        self._logged: dict[str, Any] = {}
+        self._logged: dict[str, torch.Tensor] = {}
         self._callback: dict[str, torch.Tensor] = {}
 
     # -- run life cycle ---------------------------------------------------------------------------
 
     def reset_results(self) -> MetricStore:
         """Start a new run's metric store (every process; ``sync_dist`` reduces through the strategy)."""
-        self.results = MetricStore(self._trainer.strategy.reduce)
+        trainer = self._trainer
+        self.results = MetricStore(trainer.strategy.reduce, trainer.module)
+        self.results.on_clear = self._keep
         self._callback, self._logged = {}, {}
         return self.results
+
+    def _keep(self, callback: dict[str, torch.Tensor], logged: dict[str, torch.Tensor]) -> None:
+        """Keep a stage's last values when the store clears them (a new epoch): they stay readable, as in Lightning."""
+        self._callback.update(callback)
+        self._logged.update(logged)
 
     def reset_metrics(self) -> None:
         """Forget the values read so far (``callback_metrics``, ``logged_metrics``), as after the sanity check."""
@@ -51,28 +57,44 @@ class LoggerConnector:
 
     # -- sending ------------------------------------------------------------------------------------
 
-    def log_metrics(self, metrics: dict[str, float], step: int) -> None:
-        """Send ``metrics`` (with the current ``epoch``) to the loggers at ``step``.
+    def log_metrics(self, metrics: dict[str, torch.Tensor], step: int, add_epoch: bool = True) -> None:
+        """Send ``metrics`` to the loggers at ``step`` (as numbers); they stay in :attr:`logged_metrics` as tensors.
 
         The step is the count of batches that ended with an optimizer step (Lightning's logger step):
-        the first training step logs at 0.
+        the first training step logs at 0. With ``add_epoch`` (every row but the per-batch rows of
+        validation and test), the current ``epoch`` is added unless a metric of that name was
+        logged, and a logged ``step`` metric replaces the step, as in Lightning.
         """
         if not metrics:
             return
         self._logged.update(metrics)
-        metrics = {**metrics, "epoch": float(self._trainer.current_epoch)}
-        for logger in self.loggers:
-            logger.log_metrics(metrics, step)
+        loggers = self.loggers
+        if not loggers:
+            return
+        scalars = {name: float(value) for name, value in metrics.items()}
+        if add_epoch:
+            logged_step = scalars.pop("step", None)
+            if logged_step is not None:
+                step = int(logged_step)
+            else:
+                scalars.setdefault("epoch", float(self._trainer.current_epoch))
+        for logger in loggers:
+            logger.log_metrics(scalars, step)
 
     def log_step_metrics(self, step: int) -> None:
-        """Send the step values logged since the last call, at ``step``."""
+        """Send the active stage's step values at ``step`` (a training step)."""
         assert self.results is not None
-        self.log_metrics(self.results.take_step_metrics(), step)
+        self.log_metrics(self.results.step_metrics(), step)
+
+    def log_eval_step_metrics(self, step: int) -> None:
+        """Send the step values of a validation or test batch, at the count of that dataloader's batches so far."""
+        assert self.results is not None
+        self.log_metrics(self.results.step_metrics(), step, add_epoch=False)
 
     def log_epoch_metrics(self, stage: str, step: int) -> None:
-        """Send the pending step values and ``stage``'s epoch aggregates, at ``step``."""
+        """Send ``stage``'s epoch aggregates at ``step``."""
         assert self.results is not None
-        self.log_metrics({**self.results.take_step_metrics(), **self.results.epoch_metrics(stage)}, step)
+        self.log_metrics(self.results.epoch_metrics(stage), step)
 
     def log_hyperparams(self) -> None:
         """Send the module's (and the datamodule's) saved hyperparameters, unless the module opted out."""
@@ -90,7 +112,13 @@ class LoggerConnector:
             logger.save()
 
     def finalize(self, status: str) -> None:
-        """Tell every logger the run ended (``"success"``, ``"failed"`` or ``"interrupted"``)."""
+        """Tell every logger the run ended (``"success"``, ``"failed"`` or ``"interrupted"``).
+
+        After a successful run, pending checkpoint writes are completed first, so that a logger that
+        uploads checkpoints at the end (``log_model=True``) finds every file.
+        """
+        if status == "success" and self.loggers:
+            self._trainer.strategy.checkpoint_io.flush()
         for logger in self.loggers:
             logger.finalize(status)
 
@@ -117,25 +145,12 @@ class LoggerConnector:
         return self.results.progress_bar_metrics() if self.results is not None else {}
 
     @property
-    def logged_metrics(self) -> dict[str, Any]:
-        """The last values sent to the loggers: one dict, kept up to date (a launcher may update it too)."""
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """The latest value of every metric logged with ``logger=True``: one dict, kept up to date.
+
+        Step values are updated after each batch, whether or not that step was sent to the loggers
+        (``log_every_n_steps``), as in Lightning; a launcher may update it too.
+        """
+        if self.results is not None:
+            self._logged.update(self.results.logged_metrics())
         return self._logged
-
-
-def build_loggers(logger: Any, root_dir: str) -> list[Logger]:
-    """The loggers of ``Trainer(logger=...)``: True or None gives a CSVLogger under ``root_dir``; False none.
-
-    Raises:
-        MisconfigurationError: An item that is not a Logger.
-    """
-    if logger is None or logger is True:
-        from torchplug.loggers.csv_logs import CSVLogger
-
-        return [CSVLogger(root_dir)]
-    if logger is False:
-        return []
-    loggers = [logger] if isinstance(logger, Logger) else list(logger)
-    for item in loggers:
-        if not isinstance(item, Logger):
-            raise MisconfigurationError(f"logger= holds {item!r}, which is not a torchplug Logger.")
-    return loggers

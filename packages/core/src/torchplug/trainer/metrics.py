@@ -3,38 +3,111 @@
 ``self.log`` sits on the training hot path, so a call does little: one dict lookup, a
 ``detach``, and for epoch aggregates one add. Values stay tensors (no device sync) until a
 logger, the progress bar or a callback reads them.
+
+A torchmetrics ``Metric`` may be logged instead of a value: its step value is what its last
+``forward`` returned (``metric(preds, target)``), its epoch value is ``compute()`` (which
+torchmetrics synchronises over the processes), and it is ``reset()`` when its epoch or
+evaluation run ends. torchmetrics is never imported here: a logged object is recognised as a
+Metric only when the user's code has imported torchmetrics already.
 """
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import torch
 
-__all__ = ["MetricStore"]
+from torchplug._errors import MisconfigurationError
+
+if TYPE_CHECKING:
+    from torchplug.core.module import Module
+
+__all__ = ["BATCH_EVAL", "BATCH_TRAIN", "EPOCH", "LogPhase", "MetricStore", "as_tensor", "reduce_fx_name"]
 
 _REDUCE_FX: Final = ("mean", "sum", "max", "min")
+_DATALOADER_SUFFIX: Final = "/dataloader_idx_"
+
+
+class LogPhase(NamedTuple):
+    """Where ``self.log`` is being called: its ``on_step``/``on_epoch`` defaults, and whether ``on_step`` is allowed."""
+
+    on_step: bool
+    on_epoch: bool
+    step_allowed: bool
+
+
+#: Inside training batches: ``training_step``, the batch, backward and optimizer hooks.
+BATCH_TRAIN: Final = LogPhase(True, False, True)
+#: Inside validation and test batches: the steps and the batch hooks.
+BATCH_EVAL: Final = LogPhase(False, True, True)
+#: The start and epoch hooks (``on_train_epoch_end``, ``on_validation_start``...): epoch values only.
+EPOCH: Final = LogPhase(False, True, False)
+
+
+def reduce_fx_name(name: str, reduce_fx: Any) -> str:
+    """``self.log``'s ``reduce_fx`` as one of ``mean``, ``sum``, ``max``, ``min``.
+
+    Accepts those strings (any case, and ``"avg"``), and ``torch.mean``, ``torch.sum``,
+    ``torch.max``, ``torch.min`` and the builtins ``sum``, ``max``, ``min``.
+
+    Raises:
+        ValueError: Any other reduction, with a hint to log a torchmetrics Metric instead.
+    """
+    if isinstance(reduce_fx, str):
+        fx = reduce_fx.lower()
+        fx = "mean" if fx == "avg" else fx
+        if fx in _REDUCE_FX:
+            return fx
+    else:
+        for fx, functions in _REDUCE_CALLABLES.items():
+            if any(reduce_fx is f for f in functions):
+                return fx
+    raise ValueError(
+        f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose 'mean', 'sum', 'max' or 'min' (or torch.mean, "
+        "torch.sum, torch.max, torch.min). Hint: for another reduction, log a torchmetrics Metric that computes it."
+    )
+
+
+_REDUCE_CALLABLES: Final[dict[str, tuple[Callable[..., Any], ...]]] = {
+    "mean": (torch.mean,),
+    "sum": (torch.sum, sum),
+    "max": (torch.max, max),
+    "min": (torch.min, min),
+}
 
 
 class _Metric:
     __slots__ = (
+        "dataloader_idx",
+        "enable_graph",
         "epoch_value",
-        "fresh",
         "last",
         "logger",
         "name",
+        "obj",
         "on_epoch",
         "on_step",
         "prog_bar",
         "reduce_fx",
-        "sync_dist",
+        "sync",
         "total",
         "weight",
     )
 
     def __init__(
-        self, name: str, prog_bar: bool, logger: bool, on_step: bool, on_epoch: bool, reduce_fx: str, sync_dist: bool
+        self,
+        name: str,
+        prog_bar: bool,
+        logger: bool,
+        on_step: bool,
+        on_epoch: bool,
+        reduce_fx: str,
+        sync: Callable[[Any, str], Any] | None,
+        obj: Any,
+        enable_graph: bool,
+        dataloader_idx: int | None,
     ) -> None:
         self.name = name
         self.prog_bar = prog_bar
@@ -42,18 +115,26 @@ class _Metric:
         self.on_step = on_step
         self.on_epoch = on_epoch
         self.reduce_fx = reduce_fx
-        self.sync_dist = sync_dist
+        self.sync = sync  # reduce over processes (sync_dist=True, not rank_zero_only), else None
+        self.obj = obj  # a torchmetrics Metric, else None
+        self.enable_graph = enable_graph
+        self.dataloader_idx = dataloader_idx
         self.last: Any = None
-        self.fresh = False
         self.total: Any = None
         self.weight = 0.0
         self.epoch_value: Any = None
 
     def step_key(self) -> str:
-        return f"{self.name}_step" if self.on_epoch else self.name
+        return _forked(self.name, "_step") if self.on_epoch else self.name
 
     def epoch_key(self) -> str:
-        return f"{self.name}_epoch" if self.on_step else self.name
+        return _forked(self.name, "_epoch") if self.on_step else self.name
+
+
+def _forked(name: str, suffix: str) -> str:
+    """``name`` with ``_step``/``_epoch`` before its dataloader suffix (``loss_step/dataloader_idx_1``)."""
+    base, sep, idx = name.partition(_DATALOADER_SUFFIX)
+    return f"{base}{suffix}{sep}{idx}"
 
 
 def _check_value(name: str, value: Any) -> None:
@@ -65,7 +146,23 @@ def _check_value(name: str, value: Any) -> None:
             )
         return
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(f"self.log({name!r}, ...) needs a number or a one-element tensor, got {type(value).__name__}.")
+        raise TypeError(
+            f"self.log({name!r}, ...) needs a number, a one-element tensor or a torchmetrics Metric, "
+            f"got {type(value).__name__}."
+        )
+
+
+def _is_torchmetric(value: Any) -> bool:
+    torchmetrics = sys.modules.get("torchmetrics")
+    return torchmetrics is not None and isinstance(value, torchmetrics.Metric)
+
+
+def as_tensor(value: Any, detach: bool = True) -> torch.Tensor:
+    """A logged value as Lightning reports it: a floating-point scalar tensor (detached unless ``detach=False``)."""
+    if isinstance(value, torch.Tensor):
+        tensor = (value.detach() if detach else value).reshape(())
+        return tensor if tensor.dtype in (torch.float32, torch.float64) else tensor.to(torch.get_default_dtype())
+    return torch.tensor(float(value))
 
 
 def _as_float(value: Any) -> float:
@@ -76,21 +173,26 @@ class MetricStore:
     """The metrics logged in one run, per stage (``train``, ``validate``, ``test``).
 
     Args:
-        reduce: The strategy's reduce (``reduce(tensor, reduce_op=...)``), for ``sync_dist``.
+        reduce: The strategy's reduce (``reduce(tensor, group=..., reduce_op=...)``), for ``sync_dist``.
+        module: The module that logs (its torchmetrics attributes are looked up by name).
     """
 
-    def __init__(self, reduce: Callable[..., Any]) -> None:
+    def __init__(self, reduce: Callable[..., Any], module: Module | None = None) -> None:
         self._reduce = reduce
+        self._module = module
         self._stages: dict[str, dict[str, _Metric]] = {}
         self._active: dict[str, _Metric] = {}
+        self._objects: dict[str, list[_Metric]] = {}  # per stage: the entries that hold a torchmetrics Metric
         self.stage = "train"
-        #: Defaults of ``on_step``/``on_epoch``: (True, False) inside training batches, else (False, True).
-        self.defaults = (False, True)
+        #: Where ``self.log`` is called now (its defaults), or None where it may not log (setup, predict...).
+        self.phase: LogPhase | None = None
         #: The batch being processed, for inferring the weight of epoch means.
         self.current_batch: Any = None
         self._sized: tuple[Any, float] | None = None  # (the batch it was inferred from, its size)
-        #: Appended to every name (``/dataloader_idx_1`` when evaluating several dataloaders).
-        self.suffix = ""
+        #: The dataloader being evaluated when there are several (its index is added to the names), else None.
+        self.dataloader_idx: int | None = None
+        #: Called with a stage's callback and logger values right before they are cleared (see :meth:`set_stage`).
+        self.on_clear: Callable[[dict[str, torch.Tensor], dict[str, torch.Tensor]], None] | None = None
 
     # -- recording ------------------------------------------------------------------------------
 
@@ -98,12 +200,23 @@ class MetricStore:
         """Make ``stage`` the one ``log`` records into; ``reset`` clears its values (a new epoch)."""
         self.stage = stage
         if reset or stage not in self._stages:
+            old = self._stages.get(stage)
+            if old and self.on_clear is not None:
+                self.on_clear(self._callback_values(old, stage == "train"), self._logged_values(old))
             self._stages[stage] = {}
+            self._objects[stage] = []
         self._active = self._stages[stage]
 
     def drop_stage(self, stage: str) -> None:
         """Forget everything ``stage`` recorded (the sanity check's values are never reported)."""
+        self.reset_metric_objects(stage)
         self._stages.pop(stage, None)
+        self._objects.pop(stage, None)
+
+    def reset_metric_objects(self, stage: str) -> None:
+        """``reset()`` the torchmetrics Metrics logged in ``stage`` (at the end of its epoch or run)."""
+        for metric in self._objects.get(stage, ()):
+            metric.obj.reset()
 
     def new_batch(self, batch: Any) -> None:
         """Note the batch being processed (its size weighs epoch means; inferred only if a mean needs it)."""
@@ -117,54 +230,120 @@ class MetricStore:
         logger: bool,
         on_step: bool | None,
         on_epoch: bool | None,
-        reduce_fx: str,
+        reduce_fx: Any,
+        enable_graph: bool,
         sync_dist: bool,
+        sync_dist_group: Any,
+        add_dataloader_idx: bool,
         batch_size: int | None,
+        metric_attribute: str | None,
+        rank_zero_only: bool,
     ) -> None:
         """Record one value (see ``Module.log`` for the meaning of the options)."""
-        if self.suffix:
-            name += self.suffix
-        metric = self._active.get(name)
+        idx = self.dataloader_idx
+        key = name if idx is None or not add_dataloader_idx else f"{name}{_DATALOADER_SUFFIX}{idx}"
+        metric = self._active.get(key)
         if metric is None:
-            metric = self._create(name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, sync_dist)
-        if isinstance(value, torch.Tensor):
+            metric = self._create(
+                key, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph,
+                sync_dist, sync_dist_group, add_dataloader_idx, metric_attribute, rank_zero_only,
+            )  # fmt: skip
+        elif idx is not None and metric.dataloader_idx != idx:
+            raise MisconfigurationError(
+                f"self.log({name!r}, add_dataloader_idx=False) was called for dataloaders {metric.dataloader_idx} "
+                f"and {idx}: their values would mix. Hint: give each dataloader its own name, or drop "
+                "add_dataloader_idx=False."
+            )
+        if metric.obj is not None:
+            metric.last = value._forward_cache if metric.on_step else None  # what its last forward() returned
+            return
+        if isinstance(value, torch.Tensor) and not metric.enable_graph:
             value = value.detach()
         if metric.on_step:
-            metric.last = self._reduce(value, reduce_op=metric.reduce_fx) if metric.sync_dist else value
-            metric.fresh = True
+            metric.last = value if metric.sync is None else metric.sync(value, metric.reduce_fx)
         if metric.on_epoch:
             self._accumulate(metric, value, batch_size)
 
     def _create(
         self,
+        key: str,
         name: str,
         value: Any,
         prog_bar: bool,
         logger: bool,
         on_step: bool | None,
         on_epoch: bool | None,
-        reduce_fx: str,
+        reduce_fx: Any,
+        enable_graph: bool,
         sync_dist: bool,
+        sync_dist_group: Any,
+        add_dataloader_idx: bool,
+        metric_attribute: str | None,
+        rank_zero_only: bool,
     ) -> _Metric:
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log needs a non-empty string name, got {name!r}.")
-        _check_value(name, value)
-        if reduce_fx not in _REDUCE_FX:
-            raise ValueError(f"self.log({name!r}, reduce_fx={reduce_fx!r}): choose one of {', '.join(_REDUCE_FX)}.")
-        step_default, epoch_default = self.defaults
-        metric = _Metric(
-            name,
-            prog_bar,
-            logger,
-            step_default if on_step is None else on_step,
-            epoch_default if on_epoch is None else on_epoch,
-            reduce_fx,
-            sync_dist,
-        )
-        if not (metric.on_step or metric.on_epoch):
+        phase = self.phase
+        if phase is None:
+            raise MisconfigurationError(
+                f"self.log({name!r}) was called where nothing is logged: only the training, validation and test "
+                "steps and the hooks around them log (not setup, on_fit_start, on_train_end, predict, the "
+                "dataloader or checkpoint hooks...). Hint: write to the logger directly, self.logger.log_metrics()."
+            )
+        if add_dataloader_idx and _DATALOADER_SUFFIX in name:
+            raise MisconfigurationError(
+                f"self.log({name!r}): the name already holds a dataloader index, which add_dataloader_idx=True "
+                "adds itself. Hint: log the plain name, or pass add_dataloader_idx=False."
+            )
+        obj = value if _is_torchmetric(value) else None
+        if obj is None:
+            _check_value(name, value)
+        else:
+            self._check_metric_attribute(name, obj, metric_attribute)
+        fx = reduce_fx_name(name, reduce_fx)
+        step = phase.on_step if on_step is None else on_step
+        epoch = phase.on_epoch if on_epoch is None else on_epoch
+        if not (step or epoch):
             raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
-        self._active[name] = metric
+        if step and not phase.step_allowed:
+            raise MisconfigurationError(
+                f"self.log({name!r}, on_step=True) in a start or epoch-end hook: there is no step here. "
+                "Hint: log it with on_step=False (an epoch value), or from a step or batch hook."
+            )
+        sync = None
+        if sync_dist and not rank_zero_only and obj is None:
+            reduce = self._reduce
+            sync = (lambda v, op: reduce(v, reduce_op=op)) if sync_dist_group is None else (
+                lambda v, op: reduce(v, group=sync_dist_group, reduce_op=op))  # fmt: skip
+        metric = _Metric(
+            key, prog_bar, logger, step, epoch, fx, sync, obj, enable_graph,
+            self.dataloader_idx,
+        )  # fmt: skip
+        self._active[key] = metric
+        if obj is not None:
+            self._objects.setdefault(self.stage, []).append(metric)
         return metric
+
+    def _check_metric_attribute(self, name: str, obj: Any, attribute: str | None) -> None:
+        """The torchmetrics Metric must be an attribute of the module (as Lightning requires), found by name."""
+        module = self._module
+        if module is None:
+            return
+        found = {id(m): n for n, m in module.named_modules() if _is_torchmetric(m)}
+        if attribute is not None:
+            if dict(module.named_modules()).get(attribute) is not obj:
+                raise MisconfigurationError(
+                    f"self.log({name!r}, metric_attribute={attribute!r}): the module has no Metric attribute "
+                    f"{attribute!r} holding the logged Metric. Its Metric attributes: {sorted(found.values())}."
+                )
+            return
+        if id(obj) not in found:
+            raise MisconfigurationError(
+                f"self.log({name!r}, <{type(obj).__name__}>): the Metric is not an attribute of "
+                f"{type(module).__name__}, so its state would not follow the module (device, checkpoints). "
+                "Hint: assign it in __init__, self.metric = ..., or name it with metric_attribute=..."
+                + (f" (one of {sorted(found.values())})" if found else "")
+            )
 
     def _accumulate(self, metric: _Metric, value: Any, batch_size: int | None) -> None:
         fx = metric.reduce_fx
@@ -192,64 +371,116 @@ class MetricStore:
 
     # -- aggregating ----------------------------------------------------------------------------
 
-    def compute_epoch(self, stage: str) -> None:
+    def compute_epoch(self, stage: str, dataloader_idx: int | None = None) -> None:
         """Turn the epoch totals of ``stage`` into values (synced over processes where asked).
 
-        Every process must call this at the same point: ``sync_dist`` metrics are reduced in name order.
+        With several dataloaders, each one's values are computed when it is done
+        (``dataloader_idx``), and the rest (logged in the epoch-end hooks) at the end.
+
+        Every process must call this at the same point: ``sync_dist`` metrics are reduced, and
+        torchmetrics Metrics computed, in name order.
         """
         for name in sorted(self._stages.get(stage, {})):
             metric = self._stages[stage][name]
-            if not metric.on_epoch or metric.total is None:
+            if not metric.on_epoch or metric.dataloader_idx != dataloader_idx:
+                continue
+            if metric.obj is not None:
+                metric.epoch_value = metric.obj.compute()
+                continue
+            if metric.total is None:
                 continue
             total = metric.total
             if metric.reduce_fx == "mean":
                 weight: Any = metric.weight
-                if metric.sync_dist:
+                if metric.sync is not None:
                     packed = torch.stack(
                         [
                             torch.as_tensor(total, dtype=torch.float64).reshape(()),
                             torch.as_tensor(weight, dtype=torch.float64),
                         ]
                     )
-                    packed = self._reduce(packed, reduce_op="sum")
+                    packed = metric.sync(packed, "sum")
                     total, weight = packed[0], packed[1]
                 metric.epoch_value = total / weight
             else:
                 metric.epoch_value = (
-                    self._reduce(torch.as_tensor(total), reduce_op=metric.reduce_fx) if metric.sync_dist else total
+                    metric.sync(torch.as_tensor(total), metric.reduce_fx) if metric.sync is not None else total
                 )
 
     # -- reading --------------------------------------------------------------------------------
 
     def callback_metrics(self) -> dict[str, torch.Tensor]:
-        """The latest value of every metric, for callbacks (``ModelCheckpoint(monitor=...)``)."""
+        """The latest value of every metric, for callbacks (``ModelCheckpoint(monitor=...)``).
+
+        Step values come from training only; validation and test contribute their epoch values.
+        """
+        out: dict[str, torch.Tensor] = {}
+        for stage, store in self._stages.items():
+            out.update(self._callback_values(store, stage == "train"))
+        return out
+
+    @staticmethod
+    def _callback_values(store: dict[str, _Metric], training: bool) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for metric in store.values():
+            if training and metric.on_step and metric.last is not None:
+                value = as_tensor(metric.last, not metric.enable_graph)
+                out[metric.step_key()] = value
+                out.setdefault(metric.name, value)
+            if metric.epoch_value is not None:
+                value = as_tensor(metric.epoch_value, not metric.enable_graph)
+                out[metric.epoch_key()] = value
+                out[metric.name] = value
+        return out
+
+    def logged_metrics(self) -> dict[str, torch.Tensor]:
+        """The latest value of every metric logged with ``logger=True`` (step and epoch values), as tensors."""
         out: dict[str, torch.Tensor] = {}
         for store in self._stages.values():
-            for metric in store.values():
-                if metric.on_step and metric.last is not None:
-                    out[metric.step_key()] = torch.as_tensor(metric.last)
-                    out.setdefault(metric.name, out[metric.step_key()])
-                if metric.epoch_value is not None:
-                    out[metric.epoch_key()] = torch.as_tensor(metric.epoch_value)
-                    out[metric.name] = out[metric.epoch_key()]
+            out.update(self._logged_values(store))
         return out
 
-    def take_step_metrics(self) -> dict[str, float]:
-        """The step values logged since the last call, for the loggers (read once each)."""
-        out: dict[str, float] = {}
-        for metric in self._active.values():
-            if metric.fresh and metric.logger:
-                out[metric.step_key()] = _as_float(metric.last)
-                metric.fresh = False
+    @staticmethod
+    def _logged_values(store: dict[str, _Metric]) -> dict[str, torch.Tensor]:
+        out: dict[str, torch.Tensor] = {}
+        for metric in store.values():
+            if not metric.logger:
+                continue
+            if metric.on_step and metric.last is not None:
+                out[metric.step_key()] = as_tensor(metric.last)
+            if metric.epoch_value is not None:
+                out[metric.epoch_key()] = as_tensor(metric.epoch_value)
         return out
 
-    def epoch_metrics(self, stage: str) -> dict[str, float]:
-        """The epoch aggregates of ``stage`` for the loggers."""
+    def step_metrics(self) -> dict[str, torch.Tensor]:
+        """The step values of the active stage for the loggers (of the dataloader being evaluated, if several).
+
+        Every step value logged so far in this epoch is included, with its latest value, as Lightning does.
+        """
+        idx = self.dataloader_idx
         return {
-            m.epoch_key(): _as_float(m.epoch_value)
-            for m in self._stages.get(stage, {}).values()
-            if m.logger and m.epoch_value is not None
+            metric.step_key(): as_tensor(metric.last)
+            for metric in self._active.values()
+            if metric.on_step and metric.logger and metric.last is not None and metric.dataloader_idx == idx
         }
+
+    def epoch_metrics(self, stage: str) -> dict[str, torch.Tensor]:
+        """The epoch aggregates of ``stage`` for the loggers: the last dataloader's first, as Lightning orders them."""
+        metrics = [m for m in self._stages.get(stage, {}).values() if m.logger and m.epoch_value is not None]
+        metrics.sort(key=lambda m: -1 if m.dataloader_idx is None else m.dataloader_idx, reverse=True)
+        return {m.epoch_key(): as_tensor(m.epoch_value) for m in metrics}
+
+    def results_per_dataloader(self, stage: str, count: int) -> list[dict[str, float]]:
+        """What ``validate()``/``test()`` return: per dataloader, its epoch values and those of the epoch-end hooks."""
+        metrics = [m for m in self._stages.get(stage, {}).values() if m.logger and m.epoch_value is not None]
+        return [
+            {
+                m.epoch_key(): _as_float(m.epoch_value)
+                for m in metrics
+                if m.dataloader_idx == idx or m.dataloader_idx is None
+            }
+            for idx in (range(count) if count > 1 else [None])
+        ]
 
     def progress_bar_metrics(self) -> dict[str, float]:
         """The metrics logged with ``prog_bar=True``, as numbers."""

@@ -40,6 +40,7 @@ __all__ = [
     "StepOptimizer",
     "accepts_batch_idx",
     "automatic_step",
+    "manual_backward",
     "manual_optimizers",
     "manual_step",
 ]
@@ -291,15 +292,26 @@ class StepOptimizer:
     Args:
         stepper: How this optimizer steps.
         on_step: Called after each ``step()`` (manual optimization counts its global steps here).
+        before_step: Called with the optimizer once the closure ran, right before the optimizer
+            steps (manual optimization runs ``on_before_optimizer_step`` here); None: nothing.
     """
 
-    def __init__(self, stepper: OptimizerStepper, on_step: Callable[[], None] | None = None) -> None:
+    def __init__(
+        self,
+        stepper: OptimizerStepper,
+        on_step: Callable[[], None] | None = None,
+        before_step: Callable[[torch.optim.Optimizer], None] | None = None,
+    ) -> None:
         self._stepper = stepper
         self._on_step = on_step
+        self._before_step = before_step
         self.optimizer = stepper.optimizer
 
     def step(self, closure: Callable[[], Any] | None = None) -> Any:
         """Step through the strategy and precision plugins; returns what ``closure`` returned."""
+        before_step = self._before_step
+        if before_step is not None:
+            closure = functools.partial(_then, closure, before_step, self.optimizer)
         result = self._stepper.step(closure)
         if self._on_step is not None:
             self._on_step()
@@ -314,6 +326,17 @@ class StepOptimizer:
 
     def __repr__(self) -> str:
         return f"StepOptimizer({self.optimizer!r})"
+
+
+def _then(
+    closure: Callable[[], Any] | None,
+    after: Callable[[torch.optim.Optimizer], None],
+    optimizer: torch.optim.Optimizer,
+) -> Any:
+    """Run ``closure`` (if any), then ``after(optimizer)``; return what the closure returned."""
+    result = closure() if closure is not None else None
+    after(optimizer)
+    return result
 
 
 def manual_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchStep:
@@ -341,10 +364,56 @@ def manual_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchStep
     return run
 
 
-def manual_optimizers(trainer: Trainer, loop: FitLoop) -> list[StepOptimizer]:
-    """The optimizers ``self.optimizers()`` returns in manual optimization: each ``step()`` counts a global step."""
+def manual_optimizers(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> list[StepOptimizer]:
+    """The optimizers ``self.optimizers()`` returns in manual optimization.
+
+    Each ``step()`` counts a global step and, where somebody overrides ``on_before_optimizer_step``
+    (or the precision scales the loss), runs the hooks on the unscaled gradients right before
+    the optimizer steps, as in automatic optimization.
+    """
 
     def count() -> None:
         loop.progress.global_step += 1
 
-    return [StepOptimizer(OptimizerStepper(trainer, optimizer), count) for optimizer in trainer.optimizers]
+    hooks_before = hooks.batch_hooks("on_before_optimizer_step")
+    optimizers = []
+    for optimizer in trainer.optimizers:
+        before = _before_optimizer_step(hooks_before, _unscaling(trainer, optimizer))
+        optimizers.append(StepOptimizer(OptimizerStepper(trainer, optimizer), count, before))
+    return optimizers
+
+
+def _before_optimizer_step(
+    hooks: list[Callable[..., Any]], unscale: Callable[[], None] | None
+) -> Callable[[torch.optim.Optimizer], None] | None:
+    if not hooks and unscale is None:
+        return None
+
+    def before(optimizer: torch.optim.Optimizer) -> None:
+        if unscale is not None:  # the hooks see the true gradients
+            unscale()
+        for hook in hooks:
+            hook(optimizer)
+
+    return before
+
+
+def manual_backward(trainer: Trainer, hooks: HookRunner) -> Callable[..., None] | None:
+    """``self.manual_backward(loss)`` with ``on_before_backward`` and ``on_after_backward`` around it.
+
+    None where nobody overrides either hook: then ``manual_backward`` calls the strategy directly.
+    """
+    before = hooks.batch_hooks("on_before_backward")
+    after = hooks.batch_hooks("on_after_backward")
+    if not before and not after:
+        return None
+    strategy = trainer.strategy
+
+    def backward(loss: _Tensor, *args: Any, **kwargs: Any) -> None:
+        for hook in before:
+            hook(loss)
+        strategy.backward(loss, None, *args, **kwargs)
+        for hook in after:
+            hook()
+
+    return backward

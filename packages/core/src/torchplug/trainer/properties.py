@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
-from torchplug.trainer.states import RunningStage, TrainerFn
+from torchplug._errors import MisconfigurationError
+from torchplug.trainer.states import RunningStage, TrainerFn, TrainerStatus
 
 if TYPE_CHECKING:
     import torch
@@ -79,6 +82,47 @@ class TrainerProperties:
         return environment
 
     @property
+    def precision(self) -> str:
+        """The precision's name (``"32-true"``, ``"bf16-mixed"``...)."""
+        return self.precision_plugin.name
+
+    @property
+    def scaler(self) -> Any:
+        """The precision's gradient scaler (``16-mixed``), or None."""
+        return getattr(self.precision_plugin, "scaler", None)
+
+    @property
+    def distributed_sampler_kwargs(self) -> dict[str, Any] | None:
+        """The ``DistributedSampler`` arguments (replicas, rank) of this process, or None on one process."""
+        return self.strategy.distributed_sampler_kwargs
+
+    @contextlib.contextmanager
+    def init_module(self, empty_init: bool | None = None) -> Generator[None, None, None]:
+        """Build the model inside this block to create its tensors on the device, in the precision's dtype.
+
+        ``with trainer.init_module(): model = MyModule()`` saves a copy from the CPU (and the memory
+        of a float32 copy with ``*-true`` precisions). For layers sharded as they are built, use
+        ``Module.configure_model`` instead.
+
+        Args:
+            empty_init: Only None or False: skipping the weights' initialisation is not supported.
+        """
+        if empty_init:
+            raise MisconfigurationError(
+                "trainer.init_module(empty_init=True) is not supported: the weights are always initialised. "
+                "Hint: leave empty_init unset, and build sharded layers in Module.configure_model."
+            )
+        import torch
+
+        with torch.device(self.strategy.root_device), self.strategy.tensor_init_context():
+            yield
+
+    def print(self, *args: Any, **kwargs: Any) -> None:
+        """``print`` on global rank 0 only."""
+        if self.is_global_zero:
+            print(*args, **kwargs)
+
+    @property
     def model(self) -> torch.nn.Module | None:
         """The model as the strategy runs it (wrapped in DDP, sharded...); None before a run."""
         return self.strategy.model
@@ -148,6 +192,11 @@ class TrainerProperties:
         return self._preemption.preempted
 
     @property
+    def interrupted(self) -> bool:
+        """Whether the last run was interrupted (an error, Ctrl-C, or a preemption)."""
+        return self.state.status is TrainerStatus.INTERRUPTED
+
+    @property
     def sanity_checking(self) -> bool:
         """Whether the sanity-check validation is running."""
         return self.state.stage is RunningStage.SANITY_CHECKING
@@ -193,7 +242,12 @@ class TrainerProperties:
 
     @property
     def estimated_stepping_batches(self) -> float:
-        """Optimizer steps the whole fit will take (for schedulers such as OneCycleLR)."""
+        """Optimizer steps the whole fit will take (for schedulers such as OneCycleLR).
+
+        Read during ``fit`` (in ``configure_optimizers``, say), it requests the training loader
+        early to count its batches.
+        """
+        self._data.setup_train()
         per_epoch = self.num_training_batches / self.batches_per_optimizer_step
         per_epoch = math.ceil(per_epoch) if not math.isinf(per_epoch) else per_epoch
         total = per_epoch * self.max_epochs if self.max_epochs not in (None, -1) else math.inf
@@ -243,6 +297,18 @@ class TrainerProperties:
         return [c for c in self.callbacks if isinstance(c, ModelCheckpoint)]
 
     @property
+    def early_stopping_callback(self) -> Any:
+        """The first EarlyStopping callback, or None."""
+        return next(iter(self.early_stopping_callbacks), None)
+
+    @property
+    def early_stopping_callbacks(self) -> list[Any]:
+        """Every EarlyStopping callback."""
+        from torchplug.callbacks.early_stopping import EarlyStopping
+
+        return [c for c in self.callbacks if isinstance(c, EarlyStopping)]
+
+    @property
     def progress_bar_callback(self) -> Any:
         """The progress bar callback, or None."""
         from torchplug.callbacks.progress import ProgressBar
@@ -266,6 +332,17 @@ class TrainerProperties:
     def num_training_batches(self) -> float:
         """Training batches per epoch (``inf`` for a loader without a length)."""
         return self._data.num_training_batches
+
+    @property
+    def enable_validation(self) -> bool:
+        """Whether ``fit`` validates (validation data with batches, and a ``validation_step``)."""
+        return self.fit_loop.validation_enabled
+
+    @property
+    def num_sanity_val_batches(self) -> list[float]:
+        """Validation batches per dataloader that the sanity check runs."""
+        steps = getattr(self, "num_sanity_val_steps", 0)
+        return [n if steps == -1 else min(steps, n) for n in self._data.num_val_batches]
 
     @property
     def num_val_batches(self) -> list[float]:

@@ -8,9 +8,12 @@ which use nothing else of the Trainer but its public API.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
-from collections.abc import Callable, Iterable
+import sys
+from collections.abc import Callable, Generator, Iterable
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from torchplug._errors import MisconfigurationError, TrainingInterrupted
@@ -18,10 +21,17 @@ from torchplug.callbacks.callback import Callback
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
+from torchplug.profilers.profiler import Profiler, build_profiler
 from torchplug.trainer import arguments as check
-from torchplug.trainer.callback_connector import attach_model_callbacks, build_callbacks
+from torchplug.trainer.callback_connector import add_feature_callbacks, attach_model_callbacks, build_callbacks
 from torchplug.trainer.checkpoint_connector import CheckpointConnector
-from torchplug.trainer.configuration import apply_deterministic, verify_loop_configuration
+from torchplug.trainer.configuration import (
+    BAREBONES_RESULTS,
+    apply_benchmark,
+    apply_deterministic,
+    convert_sync_batchnorm,
+    verify_loop_configuration,
+)
 from torchplug.trainer.connector import (
     AcceleratorArg,
     DevicesArg,
@@ -33,14 +43,16 @@ from torchplug.trainer.connector import (
 from torchplug.trainer.data import DataConnector
 from torchplug.trainer.evaluation_loop import EvaluationLoop, PredictionLoop
 from torchplug.trainer.fit_loop import FitLoop
+from torchplug.trainer.hook_checks import announce_differences, verify_hooks
 from torchplug.trainer.hooks import HookRunner, is_overridden
-from torchplug.trainer.logger_connector import LoggerConnector, build_loggers
+from torchplug.trainer.logger_choice import LoggerArg, build_loggers
+from torchplug.trainer.logger_connector import LoggerConnector
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
 from torchplug.trainer.signals import SignalStop
 from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState, TrainerStatus
-from torchplug.utilities.rank_zero import rank_zero_only, rank_zero_warn
+from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
 from torchplug.utilities.shutdown import exit_code
 from torchplug.utilities.table import print_results
 
@@ -69,7 +81,9 @@ class Trainer(TrainerProperties):
         precision: ``"32-true"`` (default), ``"bf16-mixed"``, ``"16-mixed"``, ``"64-true"``, ``"16-true"``,
             ``"bf16-true"`` (or 64/32/16/"bf16"), any installed name, or a Precision instance.
         plugins: Precision, CheckpointIO and ClusterEnvironment instances or names (``["slurm", "async"]``).
-        logger: True (a CSVLogger under ``default_root_dir``), False, a Logger, or a list of them.
+        logger: True or None (the default logger under ``default_root_dir``: TensorBoard when tensorboard
+            is installed, else CSV), False (none), a registry name (``"csv"``, ``"tensorboard"``,
+            ``"mlflow"``...: ``core plugins list --kind logger``), a Logger, or a list of names and Loggers.
         callbacks: Callbacks to add to the defaults (checkpointing and the progress bar).
         fast_dev_run: Run 1 (or n) batches of everything, without logging or checkpoints, to find bugs fast.
         max_epochs: Stop after this many epochs (default 1000 when neither it nor ``max_steps`` is set;
@@ -99,6 +113,24 @@ class Trainer(TrainerProperties):
             every batch and skips the optimizer step of such a batch with a warning (one sync per
             batch); ``"ignore"`` does not check.
         default_root_dir: Where logs and checkpoints go by default (the current directory).
+        max_time: Stop training after this long: ``"DD:HH:MM:SS"``, a dict (``{"hours": 12}``) or a
+            ``timedelta`` (checked after every batch; see :class:`torchplug.callbacks.Timer`).
+        overfit_batches: Train and validate on this many batches (an int) or fraction (a float) of the
+            same data every epoch, unshuffled: a model that cannot overfit them has a bug.
+        enable_model_summary: Print the model summary when fitting starts (default True; a
+            ``ModelSummary`` callback).
+        benchmark: Let the accelerator tune its kernels for the input sizes it sees (cuDNN's benchmark
+            on CUDA); None leaves the accelerator's setting alone (False with ``deterministic=True``).
+        profiler: Time the run's hooks, batches and epochs and report at the end: ``"simple"``,
+            ``"advanced"`` (cProfile), ``"pytorch"`` (torch.profiler) or a ``torchplug.profilers.Profiler``.
+        detect_anomaly: Run fit under ``torch.autograd.detect_anomaly`` (find the op that made a NaN).
+        barebones: Turn off everything that costs speed (logging, checkpointing, the progress bar, the
+            model summary, the sanity check); asking for one of them too is an error.
+        sync_batchnorm: Turn BatchNorm layers into SyncBatchNorm, whose statistics span all processes.
+        reload_dataloaders_every_n_epochs: Ask the DataModule (or module) for new dataloaders every n
+            epochs (0: never).
+        enable_autolog_hparams: Send the saved hyperparameters to the loggers when fitting starts.
+        model_registry: Not supported (it needs Lightning's cloud model registry); only None is accepted.
         plugin_host: The plugins to resolve names from (default: this process's, see ``core plugins list``).
     """
 
@@ -111,7 +143,7 @@ class Trainer(TrainerProperties):
         num_nodes: int = 1,
         precision: PrecisionArg = None,
         plugins: PluginsArg = None,
-        logger: bool | Logger | Iterable[Logger] | None = None,
+        logger: LoggerArg = None,
         callbacks: Callback | Iterable[Callback] | None = None,
         fast_dev_run: bool | int = False,
         max_epochs: int | None = None,
@@ -136,8 +168,34 @@ class Trainer(TrainerProperties):
         use_distributed_sampler: bool = True,
         nonfinite_loss: str = "raise",
         default_root_dir: str | os.PathLike[str] | None = None,
+        max_time: str | timedelta | dict[str, int] | None = None,
+        overfit_batches: int | float = 0.0,
+        enable_model_summary: bool | None = None,
+        benchmark: bool | None = None,
+        profiler: Any = None,
+        detect_anomaly: bool = False,
+        barebones: bool = False,
+        sync_batchnorm: bool = False,
+        reload_dataloaders_every_n_epochs: int = 0,
+        enable_autolog_hparams: bool = True,
+        model_registry: str | None = None,
         plugin_host: PluginHost | None = None,
     ) -> None:
+        self.barebones: bool = check.check_bool("barebones", barebones)
+        if barebones:
+            check.check_barebones(locals())
+            logger, enable_checkpointing, enable_progress_bar, enable_model_summary = False, False, False, False
+            num_sanity_val_steps = 0
+        if model_registry is not None:
+            raise MisconfigurationError(
+                f"model_registry={model_registry!r} is not supported: it uploads to Lightning's cloud model registry "
+                "(litmodels), which torchplug does not provide. Hint: save checkpoints with ModelCheckpoint and upload "
+                "them yourself."
+            )
+        overfit = check.check_limit("overfit_batches", overfit_batches) or 0
+        self.overfit_batches: int | float = overfit
+        if overfit:  # the same batches for training and validation, every epoch (the loaders are made sequential)
+            limit_train_batches = limit_val_batches = overfit
         dev = self.fast_dev_run = check.check_fast_dev_run(fast_dev_run)
         steps = check.check_int("max_steps", max_steps, 1, (-1,))
         epochs = check.check_int("max_epochs", max_epochs, 1, (None, -1))
@@ -171,10 +229,20 @@ class Trainer(TrainerProperties):
         check.check_bool("enable_checkpointing", enable_checkpointing, (None,))
         check.check_bool("enable_progress_bar", enable_progress_bar, (None,))
         self.default_root_dir: str = check.check_root_dir(default_root_dir)
+        self.benchmark: bool | None = check.check_bool("benchmark", benchmark, (None,))
+        self.detect_anomaly: bool = check.check_bool("detect_anomaly", detect_anomaly)
+        self.sync_batchnorm: bool = check.check_bool("sync_batchnorm", sync_batchnorm)
+        self.enable_autolog_hparams: bool = check.check_bool("enable_autolog_hparams", enable_autolog_hparams)
+        self.reload_dataloaders_every_n_epochs: int = check.check_int(
+            "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0
+        )
+        enable_model_summary = check.check_bool("enable_model_summary", enable_model_summary, (None,))
+        self.profiler: Profiler = build_profiler(profiler)
         self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
         self.strategy: Strategy = self._resolution.strategy
         self.callbacks: list[Callback] = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
-        self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir)
+        self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary is not False, max_time)
+        self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir, plugin_host)
         self.state = TrainerState()
         self.should_stop = False
         self.module: Module = None  # type: ignore[assignment]  # set by fit/validate/test/predict
@@ -285,6 +353,7 @@ class Trainer(TrainerProperties):
         return self._run(fn, model, datamodule or self.datamodule, impl)
 
     def _run(self, fn: TrainerFn, model: Module, datamodule: DataModule | None, impl: Callable[[], Any]) -> Any:
+        model = _unwrap_compiled(model)
         if not isinstance(model, Module):
             raise MisconfigurationError(f"trainer.{fn.value}() needs a torchplug.Module, got {type(model).__name__}.")
         if datamodule is not None and not isinstance(datamodule, DataModule):
@@ -296,10 +365,23 @@ class Trainer(TrainerProperties):
         if datamodule is not None:
             datamodule.trainer = self
         self.callbacks = attach_model_callbacks(self.callbacks, model)
+        verify_hooks(
+            model,
+            self.callbacks,
+            self.strategy,
+            {"accumulate_grad_batches": self.accumulate_grad_batches, "gradient_clip_val": self.gradient_clip_val},
+            fitting=fn is TrainerFn.FITTING,
+        )
+        if fn is TrainerFn.FITTING:
+            announce_differences(model, self.callbacks, self.strategy)
         self._hooks.reset()
         self.should_stop = False
         launcher = self.strategy.launcher
         try:
+            if self.barebones:
+                rank_zero_info(
+                    "Trainer(barebones=True) started running: no progress bar, logs, checkpoints or summary."
+                )
             result = launcher.launch(impl, trainer=self) if launcher is not None else impl()
             self.state.status = TrainerStatus.INTERRUPTED if self.preempted else TrainerStatus.FINISHED
         except BaseException as exc:
@@ -322,6 +404,11 @@ class Trainer(TrainerProperties):
                 callback.on_exception(self, self.module, exc)
             except Exception as hook_error:  # the run's own error matters more; the hook's is reported
                 rank_zero_warn(f"{type(callback).__name__}.on_exception raised {hook_error!r}")
+        if self.datamodule is not None:
+            try:
+                self.datamodule.on_exception(exc)
+            except Exception as hook_error:
+                rank_zero_warn(f"{type(self.datamodule).__name__}.on_exception raised {hook_error!r}")
         self.strategy.on_exception(exc)
         self._logging.finalize("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
 
@@ -332,16 +419,23 @@ class Trainer(TrainerProperties):
         rank_zero_only.rank = strategy.global_rank
         if self.deterministic is not None:
             apply_deterministic(self.deterministic, self.accelerator)
-        self.module._results = self._logging.reset_results()
+        apply_benchmark(self.benchmark, self.deterministic, self.accelerator)
+        self.profiler.setup(stage, strategy.local_rank, self.log_dir)
+        self._hooks.profiler = self.profiler
+        results = self._logging.reset_results()
+        self.module._results = BAREBONES_RESULTS if self.barebones else results
         self._hooks.reset()
         self._data.prepare_data()
         self._logging.agree_on_log_dir()
         if self.datamodule is not None:
             self.datamodule.setup(stage)
         self._hooks.call("setup", stage)
-        if is_overridden(self.module, "configure_model", Module):
+        configure = _configure_model_hook(self.module)
+        if configure is not None:
             with strategy.tensor_init_context(), strategy.model_sharded_context():
-                self.module.configure_model()
+                configure()
+        if self.sync_batchnorm:
+            convert_sync_batchnorm(self.module)
 
     def _teardown(self, stage: str) -> None:
         try:
@@ -353,24 +447,28 @@ class Trainer(TrainerProperties):
             self.strategy.teardown()
             self.module._results = None
             self.module._step_optimizers = []
+            self.module._manual_backward = None
+            self.profiler.describe()
 
     def _fit_impl(self, train_dataloaders: Any, val_dataloaders: Any, ckpt_path: str | None) -> None:
         self._setup("fit")
         try:
             self._data.setup_fit(train_dataloaders, val_dataloaders)
-            self.fit_loop.setup_validation_schedule()
             self.strategy.setup(functools.partial(configure_optimizers, self))
             checkpoint = self._checkpoints.load_for_fit(ckpt_path)
             if checkpoint is not None:
                 self._checkpoints.restore_model(checkpoint)
             self._hooks.call("on_fit_start")
-            self._logging.log_hyperparams()
+            if self.enable_autolog_hparams:
+                self._logging.log_hyperparams()
             if checkpoint is not None:
                 self._checkpoints.restore_training_state(checkpoint)
             self._preemption.start()
             self._signals.start()  # after the environment's handlers (SLURM's SIGTERM), which it leaves alone
-            self.fit_loop.sanity_check()
-            self.fit_loop.run()
+            self.module.zero_grad()  # gradients left from before the run are not this run's
+            with _anomaly_detection(self.detect_anomaly):
+                self.fit_loop.sanity_check()
+                self.fit_loop.run()
             self._hooks.call("on_fit_end")
             self._logging.finalize("success")
         except TrainingInterrupted as stop:  # raised on every process at the same step: wind down together
@@ -390,6 +488,7 @@ class Trainer(TrainerProperties):
             loaders, limits = self._data.setup_evaluation(fn, dataloaders)
             self.strategy.setup(None)
             self._checkpoints.restore_for_evaluation(ckpt_path, fn.value)
+            self.module.zero_grad()
             if fn is TrainerFn.PREDICTING:
                 predictions = self.predict_loop.run(loaders, limits, keep)
                 return (predictions[0] if len(predictions) == 1 else predictions) if keep else None
@@ -401,3 +500,45 @@ class Trainer(TrainerProperties):
             return results
         finally:
             self._teardown(fn.value)
+
+
+def _configure_model_hook(module: Module) -> Callable[[], None] | None:
+    """The module's ``configure_model``, or its older name ``configure_sharded_model`` (with a deprecation warning)."""
+    if is_overridden(module, "configure_model", Module):
+        return module.configure_model
+    if is_overridden(module, "configure_sharded_model", Module):
+        rank_zero_warn(
+            f"{type(module).__name__} overrides configure_sharded_model, the older name of configure_model; it runs "
+            "as configure_model. Hint: rename it to configure_model.",
+            category=DeprecationWarning,
+        )
+        return module.configure_sharded_model
+    return None
+
+
+def _unwrap_compiled(model: Any) -> Any:
+    """The Module inside ``torch.compile(module)``, its ``forward`` replaced by the compiled one.
+
+    torch._dynamo is imported only when it already was: a model can be compiled only after it.
+    """
+    dynamo = sys.modules.get("torch._dynamo")
+    if dynamo is None or not isinstance(model, dynamo.OptimizedModule):
+        return model
+    module = model._orig_mod
+    if not isinstance(module, Module):
+        return model  # refused by the caller, naming its type
+    if module.__dict__.get("_compiled_by") is not model:  # once per compiled wrapper: never compile twice
+        module.__dict__["_compiled_by"] = model
+        module.forward = model.dynamo_ctx(module.forward)  # the original forward, compiled as torch.compile would
+    return module
+
+
+@contextlib.contextmanager
+def _anomaly_detection(enabled: bool) -> Generator[None, None, None]:
+    if not enabled:
+        yield
+        return
+    import torch
+
+    with torch.autograd.detect_anomaly():
+        yield

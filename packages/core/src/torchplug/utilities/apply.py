@@ -8,7 +8,7 @@ from typing import Any, cast
 
 import torch
 
-__all__ = ["apply_to_tensors", "move_to_device"]
+__all__ = ["apply_to_tensors", "move_to_device", "numbers_to_tensors"]
 
 
 def apply_to_tensors(data: Any, function: Callable[[torch.Tensor], Any]) -> Any:
@@ -27,6 +27,26 @@ def apply_to_tensors(data: Any, function: Callable[[torch.Tensor], Any]) -> Any:
         fields = [f.name for f in dataclasses.fields(data) if f.init]
         changes = {name: apply_to_tensors(getattr(data, name), function) for name in fields}
         return dataclasses.replace(data, **changes)
+    return data
+
+
+def numbers_to_tensors(data: Any, device: torch.device) -> Any:
+    """Return ``data`` with every Python number turned into a tensor, and every tensor moved, on ``device``."""
+    if isinstance(data, (int, float)):  # bool too
+        return torch.tensor(data, device=device)
+    if isinstance(data, torch.Tensor):
+        return data.to(device)
+    if isinstance(data, (list, tuple)):
+        items = [numbers_to_tensors(item, device) for item in data]
+        if isinstance(data, tuple) and hasattr(data, "_fields"):  # namedtuple
+            return type(data)(*items)
+        return type(data)(items)
+    if isinstance(data, Mapping):
+        rebuild = cast(Callable[[dict[Any, Any]], Any], type(data))
+        return rebuild({key: numbers_to_tensors(value, device) for key, value in data.items()})
+    if dataclasses.is_dataclass(data) and not isinstance(data, type):
+        fields = [f.name for f in dataclasses.fields(data) if f.init]
+        return dataclasses.replace(data, **{name: numbers_to_tensors(getattr(data, name), device) for name in fields})
     return data
 
 

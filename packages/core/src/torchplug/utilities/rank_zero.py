@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import warnings
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar, overload
 
 __all__ = ["log", "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
 
@@ -24,15 +26,46 @@ def _rank() -> int:
     return 0
 
 
+T = TypeVar("T")
+D = TypeVar("D")
+
+
 class _RankZero:
-    """The rank that may print: set by the strategy once ranks are known, else read from the environment."""
+    """Runs a function on global rank 0 only: ``@rank_zero_only`` or ``rank_zero_only(fn, default=...)``.
+
+    The wrapped function returns ``default`` (None unless given) on the other ranks. The rank is
+    read when the function is called: the one the Trainer set (``rank_zero_only.rank``) once
+    ranks are known, else the launcher's or scheduler's environment variables.
+
+    Example:
+        >>> @rank_zero_only
+        ... def report(metrics):
+        ...     print(metrics)
+    """
 
     rank: int | None = None
 
     def is_zero(self) -> bool:
+        """Whether this process is global rank 0."""
         return (self.rank if self.rank is not None else _rank()) == 0
 
+    @overload
+    def __call__(self, fn: Callable[..., T]) -> Callable[..., T | None]: ...
 
+    @overload
+    def __call__(self, fn: Callable[..., T], default: D) -> Callable[..., T | D]: ...
+
+    def __call__(self, fn: Callable[..., T], default: Any = None) -> Callable[..., Any]:
+        """Wrap ``fn`` to run on global rank 0 only; elsewhere the call returns ``default``."""
+
+        @functools.wraps(fn)
+        def wrapped(*args: Any, **kwargs: Any) -> Any:
+            return fn(*args, **kwargs) if self.is_zero() else default
+
+        return wrapped
+
+
+#: ``@rank_zero_only`` runs a function on global rank 0 only; ``rank_zero_only.rank`` is that process's rank.
 rank_zero_only = _RankZero()
 
 

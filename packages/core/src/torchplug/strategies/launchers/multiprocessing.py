@@ -293,7 +293,7 @@ def collect_results(trainer: Any, result: Any, state_dict: dict[str, Any]) -> di
         "progress": trainer.fit_loop.progress.state_dict(),
         "callbacks": {cb.state_key: cb.state_dict() for cb in trainer.callbacks},
         "callback_metrics": {k: float(v) for k, v in trainer.callback_metrics.items()},
-        "logged_metrics": trainer.logged_metrics,
+        "logged_metrics": {k: float(v) for k, v in trainer.logged_metrics.items()},
         "should_stop": trainer.should_stop,
     }
 
@@ -314,5 +314,5 @@ def restore_results(trainer: Any, results: dict[str, Any]) -> None:
         if callback.state_key in results["callbacks"]:
             callback.load_state_dict(results["callbacks"][callback.state_key])
     trainer.callback_metrics.update({k: torch.tensor(v) for k, v in results["callback_metrics"].items()})
-    trainer.logged_metrics.update(results["logged_metrics"])
+    trainer.logged_metrics.update({k: torch.tensor(v) for k, v in results["logged_metrics"].items()})
     trainer.should_stop = results["should_stop"]

@@ -1,0 +1,361 @@
+"""``MLFlowLogger``: metrics, hyperparameters and tags to an MLflow tracking store, checkpoints as artifacts."""
+
+from __future__ import annotations
+
+import os
+import re
+import tempfile
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Final, Literal
+
+from typing_extensions import Self, override
+
+from torchplug import MisconfigurationError
+from torchplug.loggers import Logger
+from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug_mlflow._vendor import import_mlflow
+
+if TYPE_CHECKING:
+    from torchplug.callbacks import ModelCheckpoint
+
+__all__ = ["MLFlowLogger"]
+
+#: MLflow's limits: characters of a parameter value, parameters and metrics per ``log_batch`` call.
+MAX_PARAM_LENGTH: Final = 6000
+PARAMS_PER_BATCH: Final = 100
+METRICS_PER_BATCH: Final = 1000
+
+#: The run status MLflow records for each way a torchplug run ends.
+RUN_STATUS: Final = {"success": "FINISHED", "failed": "FAILED", "interrupted": "KILLED"}
+
+_KEY_ALLOWED: Final = re.compile(r"[^\w\-. :/]")
+
+
+class MLFlowLogger(Logger):
+    """Log to an MLflow tracking store: a local sqlite file, a database, or a tracking server.
+
+    The client is created and the run started (or resumed) on first use, from global rank 0 only;
+    ``mlflow`` is imported then. The run ends with the fit: ``FINISHED``, ``FAILED`` or ``KILLED``.
+
+    Example:
+        >>> trainer = Trainer(logger=MLFlowLogger(experiment_name="mnist", tracking_uri="http://127.0.0.1:5000"))
+        >>> trainer = Trainer(logger="mlflow")   # MLFLOW_TRACKING_URI, else <default_root_dir>/mlruns/mlflow.db
+
+    Args:
+        experiment_name: The experiment the run belongs to (created when missing).
+        run_name: The run's display name (MLflow picks one when None).
+        tracking_uri: Where the store is (``http://host:5000``, ``sqlite:///path.db``, ``databricks``...).
+            Default: the ``MLFLOW_TRACKING_URI`` environment variable, else a sqlite database
+            ``<save_dir>/mlflow.db``.
+        tags: Tags set on the run when it starts (``mlflow.source.name``, user and git commit are added,
+            as ``mlflow.start_run`` adds them).
+        save_dir: The folder of the default local store (``mlflow.db`` and ``artifacts/``), used only
+            when no tracking URI is given.
+        log_model: Checkpoints written by ``ModelCheckpoint`` uploaded as run artifacts under
+            ``checkpoints/<name>/`` (with a ``metadata.yaml``: score, monitor, best or last): ``"all"``
+            as each is written, True once at the end of the fit (as each is written when
+            ``save_top_k=-1``), False (default) never.
+        prefix: Put before every metric name, joined with ``-``.
+        artifact_location: Where a new experiment stores artifacts (default: ``artifacts/`` beside the
+            database of a ``sqlite:///`` store, so the default store keeps them in ``<save_dir>/artifacts``;
+            the server's or store's choice otherwise).
+        run_id: Resume this run: metrics, parameters and artifacts are added to it (its steps go on
+            where a checkpoint resumed with ``fit(ckpt_path=...)`` left off).
+        synchronous: Passed to MLflow's ``log_batch``: False logs in MLflow's background thread
+            (None: MLflow's default, ``MLFLOW_ENABLE_ASYNC_LOGGING``).
+
+    Raises:
+        MisconfigurationError: ``log_model`` is not True, False or ``"all"``.
+    """
+
+    def __init__(
+        self,
+        experiment_name: str = "torchplug_logs",
+        run_name: str | None = None,
+        tracking_uri: str | None = None,
+        tags: Mapping[str, Any] | None = None,
+        save_dir: str | os.PathLike[str] = "./mlruns",
+        log_model: Literal[True, False, "all"] = False,
+        prefix: str = "",
+        artifact_location: str | None = None,
+        run_id: str | None = None,
+        synchronous: bool | None = None,
+    ) -> None:
+        if log_model not in (True, False, "all"):
+            raise MisconfigurationError(f"MLFlowLogger(log_model={log_model!r}): give True, False or 'all'.")
+        self._experiment_name = experiment_name
+        self._run_name = run_name
+        self._save_dir = os.path.abspath(os.fspath(save_dir))
+        uri = tracking_uri or os.environ.get("MLFLOW_TRACKING_URI")
+        self._local_default = not uri
+        self._tracking_uri = uri or f"sqlite:///{self._save_dir}/mlflow.db"
+        if artifact_location is None and self._tracking_uri.startswith("sqlite:///"):
+            # Beside the database, not MLflow's ./mlruns in whatever directory the run started from.
+            database = self._tracking_uri.removeprefix("sqlite:///").partition("?")[0]
+            artifact_location = f"{os.path.dirname(os.path.abspath(database))}/artifacts"
+        self._tags = {str(k): str(v) for k, v in (tags or {}).items()}
+        self._log_model = log_model
+        self._prefix = prefix
+        self._artifact_location = artifact_location
+        self._run_id = run_id
+        self._resuming = run_id is not None
+        self._experiment_id: str | None = None
+        self._synchronous = synchronous
+        self._client: Any = None
+        self._checkpoint_callback: ModelCheckpoint | None = None
+        self._uploaded: set[tuple[str, Any]] = set()
+        self._renamed: dict[str, str] = {}
+
+    @classmethod
+    @override
+    def for_trainer(cls, default_root_dir: str, **init_params: Any) -> Self:
+        """``Trainer(logger="mlflow")``: ``MLFLOW_TRACKING_URI``, else a store in ``<default_root_dir>/mlruns``."""
+        if "tracking_uri" not in init_params and "save_dir" not in init_params:
+            init_params["save_dir"] = os.path.join(default_root_dir, "mlruns")
+        return cls(**init_params)
+
+    # -- the run ----------------------------------------------------------------------------------
+
+    @property
+    def experiment(self) -> Any:
+        """The ``mlflow.MlflowClient`` of the store, with the run started or resumed: call it for the rest.
+
+        Example:
+            >>> logger.experiment.log_text(logger.run_id, "notes", "notes.txt")
+        """
+        if self._client is None:
+            client = import_mlflow().MlflowClient(self._tracking_uri)
+            if self._run_id is not None:
+                self._attach(client)
+            else:
+                self._start(client)
+            self._client = client
+        return self._client
+
+    def _attach(self, client: Any) -> None:
+        exceptions = import_mlflow("mlflow.exceptions")
+        assert self._run_id is not None
+        try:
+            run = client.get_run(self._run_id)
+        except exceptions.MlflowException as exc:
+            raise MisconfigurationError(
+                f"MLFlowLogger(run_id={self._run_id!r}): no such run in {self._tracking_uri}: {exc}. "
+                "Hint: pass the run_id of a run of this store (logger.run_id of the run to resume), or None."
+            ) from exc
+        self._experiment_id = run.info.experiment_id
+        if self._resuming and run.info.status != "RUNNING":
+            client.update_run(self._run_id, status="RUNNING")
+        self._resuming = False
+
+    def _start(self, client: Any) -> None:
+        experiment = client.get_experiment_by_name(self._experiment_name)
+        if experiment is None:
+            self._experiment_id = client.create_experiment(
+                self._experiment_name, artifact_location=self._artifact_location
+            )
+        else:
+            self._experiment_id = experiment.experiment_id
+        tags = dict(self._tags)
+        resolve = getattr(import_mlflow("mlflow.tracking.context.registry"), "resolve_tags", None)
+        if callable(resolve):
+            tags = resolve(tags)
+        run = client.create_run(self._experiment_id, tags=tags, run_name=self._run_name)
+        self._run_id = run.info.run_id
+
+    @property
+    def run_id(self) -> str:
+        """The run's id (the run starts on first use): give it to ``MLFlowLogger(run_id=...)`` to resume it."""
+        self.experiment  # noqa: B018  (starts the run)
+        assert self._run_id is not None
+        return self._run_id
+
+    @property
+    def experiment_id(self) -> str:
+        """The experiment's id."""
+        self.experiment  # noqa: B018  (starts the run)
+        assert self._experiment_id is not None
+        return self._experiment_id
+
+    @property
+    def tracking_uri(self) -> str:
+        """Where the store is."""
+        return self._tracking_uri
+
+    @property
+    @override
+    def name(self) -> str:
+        """The experiment's id (as Lightning's MLFlowLogger)."""
+        return self.experiment_id
+
+    @property
+    @override
+    def version(self) -> str:
+        """The run's id."""
+        return self.run_id
+
+    @property
+    @override
+    def save_dir(self) -> str | None:
+        """The folder of the local store (the default sqlite store, or a ``file:`` URI); None for a remote one."""
+        if self._local_default:
+            return self._save_dir
+        if self._tracking_uri.startswith("file:"):
+            return self._tracking_uri.removeprefix("file:").removeprefix("//")
+        return None
+
+    # -- what -------------------------------------------------------------------------------------
+
+    @override
+    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
+        """Log ``params`` as run parameters: nested dicts flattened to ``outer/inner``, values as text.
+
+        On a resumed run, parameters already logged with the same value are skipped (MLflow refuses
+        to log one twice); a changed value raises MLflow's error, which names it.
+        """
+        entities = import_mlflow("mlflow.entities")
+        flat = {key: self._param_value(key, value) for key, value in _flatten(params).items()}
+        client, run_id = self.experiment, self.run_id
+        logged = client.get_run(run_id).data.params
+        pending = [entities.Param(k, v) for k, v in flat.items() if logged.get(k) != v]
+        for start in range(0, len(pending), PARAMS_PER_BATCH):
+            client.log_batch(run_id, params=pending[start : start + PARAMS_PER_BATCH], **self._batch_kwargs())
+
+    def _param_value(self, key: str, value: Any) -> str:
+        text = str(value)
+        if len(text) > MAX_PARAM_LENGTH:
+            rank_zero_warn(
+                f"MLFlowLogger: hyperparameter {key!r} is {len(text)} characters long; MLflow keeps "
+                f"{MAX_PARAM_LENGTH}, so it is logged truncated."
+            )
+            text = text[:MAX_PARAM_LENGTH]
+        return text
+
+    @override
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        """Log each metric at ``step`` in one ``log_batch`` call.
+
+        A name MLflow refuses has its other characters replaced by ``_`` and a text value is not
+        logged, each with a warning.
+        """
+        entities = import_mlflow("mlflow.entities")
+        now = int(time.time() * 1000)
+        batch = []
+        for key, value in metrics.items():
+            if isinstance(value, str):
+                rank_zero_warn(f"MLFlowLogger: metric {key!r} is text ({value!r}); MLflow keeps numbers: not logged.")
+                continue
+            batch.append(entities.Metric(self._key(key), _number(value), now, step))
+        client, run_id = self.experiment, self.run_id
+        for start in range(0, len(batch), METRICS_PER_BATCH):
+            client.log_batch(run_id, metrics=batch[start : start + METRICS_PER_BATCH], **self._batch_kwargs())
+
+    def _key(self, key: str) -> str:
+        name = f"{self._prefix}-{key}" if self._prefix else key
+        if name not in self._renamed:
+            renamed = _KEY_ALLOWED.sub("_", name)
+            if renamed != name:
+                rank_zero_warn(
+                    f"MLFlowLogger: MLflow refuses the metric name {name!r}; it is logged as {renamed!r} "
+                    "(MLflow allows letters, digits and _ - . space : /)."
+                )
+            self._renamed[name] = renamed
+        return self._renamed[name]
+
+    def _batch_kwargs(self) -> dict[str, Any]:
+        return {} if self._synchronous is None else {"synchronous": self._synchronous}
+
+    # -- checkpoints ------------------------------------------------------------------------------
+
+    @override
+    def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
+        """Upload the new checkpoints now with ``log_model="all"`` (or True and ``save_top_k=-1``), else at the end."""
+        self._checkpoint_callback = checkpoint_callback
+        if self._log_model == "all" or (self._log_model is True and checkpoint_callback.save_top_k == -1):
+            self._upload_checkpoints(checkpoint_callback, final=False)
+
+    def _upload_checkpoints(self, callback: ModelCheckpoint, final: bool) -> None:
+        import fsspec
+        import yaml
+
+        missing = []
+        for path, metadata in _checkpoints(callback).items():
+            fs, local = fsspec.url_to_fs(path)
+            if not fs.exists(local):  # an asynchronous write still in flight: uploaded on a later call
+                missing.append(path)
+                continue
+            info = fs.info(local)
+            identity = (path, (info.get("size"), info.get("mtime") or info.get("LastModified") or info.get("created")))
+            if identity in self._uploaded:
+                continue
+            stem = os.path.splitext(os.path.basename(local))[0]
+            with tempfile.TemporaryDirectory() as staging:
+                copy = os.path.join(staging, os.path.basename(local))
+                fs.get(local, copy)  # also a local file: MLflow then uploads a stable copy
+                with open(os.path.join(staging, "metadata.yaml"), "w", encoding="utf-8") as out:
+                    yaml.safe_dump(metadata, out, sort_keys=False)
+                self.experiment.log_artifacts(self.run_id, staging, f"checkpoints/{stem}")
+            self._uploaded.add(identity)
+        if final and missing:
+            rank_zero_warn(f"MLFlowLogger(log_model={self._log_model!r}): not uploaded, never written: {missing}")
+
+    # -- the end ----------------------------------------------------------------------------------
+
+    @override
+    def finalize(self, status: str) -> None:
+        """Upload the checkpoints (``log_model``) and end the run with the status MLflow knows for ``status``.
+
+        Nothing happens for a run that never started (nothing was logged).
+        """
+        if self._client is None:
+            return
+        if self._log_model and self._checkpoint_callback is not None and status == "success":
+            self._upload_checkpoints(self._checkpoint_callback, final=True)
+        self._client.set_terminated(self.run_id, RUN_STATUS.get(status, "FINISHED"))
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Pickle without the client: a copy makes its own and goes on logging to the same run."""
+        state = self.__dict__.copy()
+        state["_client"] = None
+        state["_checkpoint_callback"] = None
+        return state
+
+    @override
+    def __repr__(self) -> str:
+        return f"MLFlowLogger(experiment_name={self._experiment_name!r}, tracking_uri={self._tracking_uri!r})"
+
+
+def _flatten(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{parent}/{key}" if parent else str(key)
+        if isinstance(value, Mapping):
+            flat.update(_flatten(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def _number(value: Any) -> float:
+    return float(value.item()) if hasattr(value, "item") else float(value)
+
+
+def _checkpoints(callback: ModelCheckpoint) -> dict[str, dict[str, Any]]:
+    """Every checkpoint the callback keeps, with what MLflow records beside it."""
+    found: dict[str, dict[str, Any]] = {}
+
+    def add(paths: Iterable[str], alias: str | None) -> None:
+        for path in paths:
+            if not path:
+                continue
+            entry = found.setdefault(path, {"path": path, "monitor": callback.monitor, "aliases": []})
+            score = callback.best_k_models.get(path)
+            if score is not None:
+                entry["score"] = float(score)
+            if alias is not None and alias not in entry["aliases"]:
+                entry["aliases"].append(alias)
+
+    add(callback.best_k_models, None)
+    add([callback.best_model_path], "best")
+    add([callback.last_model_path], "last")
+    return found

@@ -1,0 +1,203 @@
+"""Loop semantics Lightning users rely on: which loops run, what steps receive, what counts as a step."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+import torchplug
+from tests.core.trainer.models import quiet
+
+
+def data(n: int = 64, seed: int = 0) -> TensorDataset:
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(n, 8, generator=generator)
+    return TensorDataset(x, (x.sum(1) > 0).long())
+
+
+class Dropout(torchplug.Module):
+    """A classifier with dropout and a shuffled loader: its result depends on every random number drawn."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.net = torch.nn.Sequential(
+            torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Dropout(0.5), torch.nn.Linear(16, 2)
+        )
+        self.requested: list[str] = []
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.net(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def train_dataloader(self) -> DataLoader[Any]:
+        self.requested.append(f"train_dataloader at step {self.global_step}")
+        return DataLoader(data(), batch_size=8, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader[Any]:
+        self.requested.append(
+            f"val_dataloader at step {self.global_step}, sanity checking: {self.trainer.sanity_checking}"
+        )
+        return DataLoader(data(16, 1), batch_size=8, shuffle=True)
+
+
+class WithValidation(Dropout):
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.log("val_loss", torch.nn.functional.cross_entropy(self.net(batch[0]), batch[1]))
+
+
+def trained(model: Dropout, **trainer_args: Any) -> torch.Tensor:
+    torch.manual_seed(0)
+    model.load_state_dict(_initial(type(model)))
+    torchplug.Trainer(**quiet(max_epochs=2, **trainer_args)).fit(model)
+    return torch.cat([p.detach().flatten() for p in model.parameters()])
+
+
+def _initial(cls: type[Dropout]) -> dict[str, torch.Tensor]:
+    torch.manual_seed(1)
+    return cls().state_dict()
+
+
+def test_without_validation_step_no_validation_runs_and_the_loader_is_never_requested() -> None:
+    model = Dropout()
+    weights = trained(model, num_sanity_val_steps=2)
+    assert model.requested == ["train_dataloader at step 0"]  # val_dataloader() was never called
+    assert torch.equal(weights, trained(Dropout(), limit_val_batches=0))
+
+
+def test_the_sanity_check_leaves_the_random_state_as_it_found_it() -> None:
+    """The sanity check draws random numbers (its shuffled loader); training draws the same ones with or without it."""
+    without = trained(WithValidation(), num_sanity_val_steps=0)
+    assert torch.equal(trained(WithValidation(), num_sanity_val_steps=2), without)
+    assert torch.equal(trained(WithValidation(), num_sanity_val_steps=-1), without)
+
+
+def test_validation_during_training_draws_from_the_same_random_state() -> None:
+    """As in Lightning: a shuffled validation loader after epoch 0 changes the shuffling of epoch 1."""
+    assert not torch.equal(trained(WithValidation()), trained(Dropout()))
+
+
+@pytest.mark.parametrize(
+    ("sanity_steps", "requested"),
+    [
+        (1, ["val_dataloader at step 0, sanity checking: True", "train_dataloader at step 0"]),
+        (0, ["train_dataloader at step 0", "val_dataloader at step 0, sanity checking: False"]),
+    ],
+    ids=["sanity-check", "no-sanity-check"],
+)
+def test_dataloaders_are_requested_when_the_loops_need_them(sanity_steps: int, requested: list[str]) -> None:
+    """The validation loaders at the sanity check, else right after the training loader, before on_train_start."""
+    model = WithValidation()
+    trained(model, num_sanity_val_steps=sanity_steps)
+    assert model.requested == requested
+
+
+def test_estimated_stepping_batches_in_configure_optimizers_requests_the_training_loader_early() -> None:
+    class OneCycle(WithValidation):
+        def configure_optimizers(self) -> Any:
+            optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+            total = int(self.trainer.estimated_stepping_batches)
+            scheduler = torch.optim.lr_scheduler.OneCycleLR(optimizer, max_lr=0.1, total_steps=total)
+            return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": "step"}}
+
+    model = OneCycle()
+    trainer = torchplug.Trainer(**quiet(max_epochs=2, num_sanity_val_steps=1))
+    trainer.fit(model)  # OneCycleLR raises if stepped more than total_steps times
+    assert trainer.global_step == 16
+    assert model.requested == ["train_dataloader at step 0", "val_dataloader at step 0, sanity checking: True"]
+
+
+@pytest.mark.parametrize("stage", ["training_step", "predict_step"])
+def test_steps_without_batch_idx(stage: str) -> None:
+    seen: list[int] = []
+
+    class NoBatchIdx(Dropout):
+        def training_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]
+            seen.append(len(batch[0]))
+            return super().training_step(batch, 0)
+
+        def predict_step(self, batch: Any) -> torch.Tensor:  # type: ignore[override]
+            seen.append(len(batch[0]))
+            return self.net(batch[0]).argmax(-1)
+
+    model = NoBatchIdx()
+    trainer = torchplug.Trainer(**quiet(max_steps=2))
+    if stage == "training_step":
+        trainer.fit(model)
+        assert seen == [8, 8]
+    else:
+        predictions = trainer.predict(model, DataLoader(data(16), batch_size=8))
+        assert seen == [8, 8] and [p.shape for p in predictions] == [(8,), (8,)]
+
+
+def test_training_step_returning_none_skips_the_update_and_still_counts_the_step() -> None:
+    """As in Lightning: no backward, the optimizer finds no gradients (SGD leaves the weights), global_step counts."""
+    snapshots: list[torch.Tensor] = []
+
+    class SkipsOdd(Dropout):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor | None:
+            loss = super().training_step(batch, batch_idx)
+            return None if batch_idx % 2 else loss
+
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            snapshots.append(self.net[0].weight.detach().clone())
+
+    trainer = torchplug.Trainer(**quiet(max_steps=4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "training_step returned None", once per process
+        trainer.fit(SkipsOdd())
+    assert trainer.global_step == 4
+    assert torch.equal(snapshots[0], snapshots[1])  # batch 1 returned None: no update
+    assert not torch.equal(snapshots[1], snapshots[2])
+
+
+def test_gradients_stay_populated_until_the_next_zero_grad() -> None:
+    seen: list[tuple[int, bool]] = []
+
+    class Watches(Dropout):
+        def on_train_batch_end(self, outputs: Any, batch: Any, batch_idx: int) -> None:
+            grad = self.net[0].weight.grad
+            seen.append((batch_idx, grad is not None and bool(grad.abs().sum() > 0)))
+
+        def on_before_zero_grad(self, optimizer: Any) -> None:
+            seen.append((-1, self.net[0].weight.grad is not None))
+
+    torchplug.Trainer(**quiet(max_steps=2, accumulate_grad_batches=2)).fit(Watches())
+    # (-1, ...) is the zero_grad at the start of each accumulation window: the gradients of the last one are there
+    assert seen == [(-1, False), (0, True), (1, True), (-1, True), (2, True), (3, True)]
+
+
+@pytest.mark.parametrize(
+    ("data", "shapes"),
+    [
+        (torch.ones(2, 3), (2, 3)),
+        (torch.tensor(1.5), ()),
+        ({"a": torch.zeros(4), "b": [torch.ones(1, 2)]}, {"a": (4,), "b": [(1, 2)]}),
+        (7, ()),
+    ],
+    ids=["tensor", "scalar", "collection", "number"],
+)
+def test_all_gather_on_one_process_keeps_the_shape(data: Any, shapes: Any) -> None:
+    gathered: list[Any] = []
+
+    class Gathers(Dropout):
+        def on_train_start(self) -> None:
+            gathered.append(self.all_gather(data))
+
+    torchplug.Trainer(**quiet(max_steps=1)).fit(Gathers())
+
+    def shape_of(value: Any) -> Any:
+        if isinstance(value, dict):
+            return {k: shape_of(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [shape_of(v) for v in value]
+        assert isinstance(value, torch.Tensor)
+        return tuple(value.shape)
+
+    assert shape_of(gathered[0]) == shapes
