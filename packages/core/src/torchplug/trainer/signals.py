@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import os
 import signal
-import sys
 import threading
 import time
 from collections.abc import Callable
@@ -38,7 +37,7 @@ if TYPE_CHECKING:
 
     from torchplug.trainer.trainer import Trainer
 
-__all__ = ["SignalStop", "exit_code"]
+__all__ = ["SignalStop"]
 
 _SIGNALS: Final = (signal.SIGINT, signal.SIGTERM)
 #: Seconds between two looks at the store for a stop request (and, while stopping, at the positions).
@@ -91,22 +90,24 @@ class SignalStop:
         if threading.current_thread() is not threading.main_thread():
             log.info("SIGINT/SIGTERM are not handled: fit() runs outside the main thread")
             return
+        trainer = self._trainer
+        store = None
+        if trainer.world_size > 1:
+            from torchplug.utilities.distributed import rendezvous_store
+
+            store = rendezvous_store()
+            if store is None:  # stopping alone would leave the others waiting in a collective
+                log.info("SIGINT/SIGTERM keep their default action: the processes have no rendezvous store to agree")
+                return
         for signum in _SIGNALS:
             current = signal.getsignal(signum)
             if _is_default(signum, current):
                 self._previous[signum] = signal.signal(signum, self._handle)
             else:
                 log.info("%s keeps the handler already installed (%r)", signal.Signals(signum).name, current)
-        trainer = self._trainer
-        if self._previous and trainer.world_size > 1:
-            from torchplug.utilities.distributed import rendezvous_store
-
-            store = rendezvous_store()
-            if store is None:
-                log.warning("SIGINT/SIGTERM stop each process by itself: no rendezvous store to agree through")
-            else:
-                self._agreement = _Agreement(self, store, self._runs, trainer.global_rank, trainer.world_size)
-                self._agreement.start()
+        if self._previous and store is not None:
+            self._agreement = _Agreement(self, store, self._runs, trainer.global_rank, trainer.world_size)
+            self._agreement.start()
 
     def stop(self) -> None:
         """Restore the previous handlers and end the agreement thread; at the end of ``fit``."""
@@ -270,7 +271,3 @@ class _Agreement(threading.Thread):
 
 #: Seconds rank 0 waits for every process to arrive at the boundary it fixed before moving it on.
 _RELEASE_S: Final = 2.0
-
-
-if sys.platform == "win32":  # pragma: no cover - no SIGTERM semantics to keep there
-    _SIGNALS = (signal.SIGINT,)  # type: ignore[misc]

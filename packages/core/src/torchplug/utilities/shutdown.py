@@ -9,7 +9,15 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-__all__ = ["exit_code", "is_signal_exit", "kill_children_now", "on_kill", "set_stopping", "stopping"]
+__all__ = [
+    "exit_code",
+    "is_signal_exit",
+    "kill_children_now",
+    "off_kill",
+    "on_kill",
+    "set_stopping",
+    "stopping",
+]
 
 _KILLERS: list[Callable[[], None]] = []
 _STOPPING = [False]
@@ -29,6 +37,12 @@ def on_kill(kill: Callable[[], None]) -> None:
     """Register ``kill``, which SIGKILLs some child processes without taking locks (it runs in a signal handler)."""
     if kill not in _KILLERS:
         _KILLERS.append(kill)
+
+
+def off_kill(kill: Callable[[], None]) -> None:
+    """Unregister ``kill`` (its children are gone)."""
+    if kill in _KILLERS:
+        _KILLERS.remove(kill)
 
 
 def kill_children_now() -> None:

@@ -32,7 +32,7 @@ from torchplug.strategies.launcher import Launcher
 from torchplug.utilities.distributed import explain_stall
 from torchplug.utilities.rank_zero import log
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
-from torchplug.utilities.shutdown import exit_code, is_signal_exit, kill_children_now, on_kill
+from torchplug.utilities.shutdown import exit_code, is_signal_exit, kill_children_now, off_kill, on_kill
 
 if TYPE_CHECKING:
     from torchplug.strategies.parallel import ParallelStrategy
@@ -153,6 +153,7 @@ class _Forwarder:
                 self._previous[signum] = signal.signal(signum, self._handle)
 
     def uninstall(self) -> None:
+        off_kill(self._kill)
         previous, self._previous = self._previous, {}
         for signum, handler in previous.items():
             signal.signal(signum, handler)
