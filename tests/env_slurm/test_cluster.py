@@ -4,7 +4,8 @@
 * An ``sbatch --requeue`` job gets ``scancel --signal=USR1`` mid-training, requeues itself from
   rank 0, runs again with ``SLURM_RESTART_COUNT=1``, resumes by itself, and ends with the same
   weights, bit for bit, as an uninterrupted run.
-* ``scancel`` (SIGTERM) writes the checkpoint before the tasks end.
+* ``scancel`` (SIGTERM) writes the checkpoint before the tasks end, and the CSV logger's rows with it;
+  ``scancel --signal=INT`` stops both tasks after the same step with ``interrupted.ckpt`` (exit 130).
 * Detection is off in ``srun --job-name=interactive``, with ``TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS=slurm``,
   in a ``salloc`` shell and in a batch script; on for ``srun`` inside both.
 * Concurrent steps of one job get different ports; the hostlist parser agrees with ``scontrol``.
@@ -14,6 +15,7 @@ Every run writes into its own fresh folder: a new cluster starts job ids at 1 ag
 
 from __future__ import annotations
 
+import csv
 import json
 import subprocess
 import sys
@@ -209,6 +211,56 @@ def test_scancel_writes_the_checkpoint_before_the_tasks_end(slurm: Cluster, tmp_
     assert "Terminated" in text, text
     assert (tmp_path / "root" / f"hpc_ckpt_{job}.ckpt").exists(), text
     assert not list(tmp_path.glob("report.rank*.json")), "the tasks went on after SIGTERM"
+
+
+def logged_steps(out: Path) -> list[int]:
+    with open(out / "root" / "torchplug_logs" / "run" / "metrics.csv") as file:
+        return [int(row["step"]) for row in csv.DictReader(file) if row.get("loss")]
+
+
+def scancel_mid_training(slurm: Cluster, out: Path, name: str, *scancel: str) -> tuple[int, str, str]:
+    """``srun -n2 train.py --csv --checkpoint``, then ``scancel [OPTIONS] JOB`` mid-training: (code, output, job)."""
+    command = [
+        "srun",
+        "-n2",
+        f"--job-name={name}",
+        *TRAIN,
+        "--out",
+        str(out),
+        "--sleep",
+        "0.1",
+        "--csv",
+        "--checkpoint",
+    ]
+    with (out / "srun.out").open("w") as log:
+        srun = subprocess.Popen(command, env=slurm.env, stdout=log, stderr=subprocess.STDOUT)
+        try:
+            wait_for(lambda: (out / "started.0.json").exists(), 120, "training to start", lambda: outputs(out))
+            job = slurm.run(["squeue", "-h", "-n", name, "-o", "%i"]).stdout.strip()
+            time.sleep(0.5)
+            slurm.run(["scancel", *scancel, job])
+            code = srun.wait(timeout=90)
+        finally:
+            srun.kill()
+    return code, outputs(out), job
+
+
+def test_scancel_flushes_the_csv_logger_with_the_checkpoint(slurm: Cluster, tmp_path: Path) -> None:
+    """SIGTERM (env-slurm's own handling): the checkpoint's step is the last row the CSV logger wrote."""
+    code, text, job = scancel_mid_training(slurm, tmp_path, "sigterm-csv")
+    assert code != 0, text
+    step = int(torch.load(tmp_path / "root" / f"hpc_ckpt_{job}.ckpt", weights_only=True)["global_step"])
+    assert logged_steps(tmp_path) == list(range(step)), text
+
+
+def test_scancel_sigint_stops_both_tasks_after_the_same_step(slurm: Cluster, tmp_path: Path) -> None:
+    """SIGINT to every task: they stop after one step together, write interrupted.ckpt, flush the logs, exit 130."""
+    code, text, _ = scancel_mid_training(slurm, tmp_path, "sigint", "--signal=INT")
+    assert code == 130, text
+    step = int(torch.load(tmp_path / "root" / "ckpts" / "interrupted.ckpt", weights_only=True)["global_step"])
+    assert f"fit() stopped by SIGINT after global step {step}." in text
+    assert logged_steps(tmp_path) == list(range(step)), text
+    assert not list(tmp_path.glob("report.rank*.json")), "the tasks went on after SIGINT"
 
 
 def probe(slurm: Cluster, command: list[str], env: dict[str, str] | None = None) -> list[dict[str, Any]]:

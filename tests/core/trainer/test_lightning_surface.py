@@ -196,7 +196,9 @@ class NaNGradient(Classifier):
 def test_detect_anomaly_names_the_operation_that_made_a_nan():
     with pytest.raises(RuntimeError, match="SqrtBackward0"):
         fit(NaNGradient(), detect_anomaly=True)
-    fit(NaNGradient())  # without it, the NaN goes unnoticed (as in torch)
+    with pytest.raises(torchplug.NonFiniteLossError, match="The training loss is nan"):
+        fit(NaNGradient())  # without it, the loss itself is checked (nonfinite_loss="raise", the default)
+    fit(NaNGradient(), nonfinite_loss="ignore")  # and without that either, the NaN goes unnoticed (as in torch)
 
 
 # -- profiler -------------------------------------------------------------------------------------

@@ -31,7 +31,9 @@ class MLP(torchplug.Module):
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch
-        return torch.nn.functional.mse_loss(self.net(x), y)
+        loss = torch.nn.functional.mse_loss(self.net(x), y)
+        self.log("loss", loss)
+        return loss
 
     def configure_optimizers(self) -> torch.optim.Optimizer:
         return torch.optim.SGD(self.parameters(), lr=0.05, momentum=0.9)
@@ -68,6 +70,12 @@ def _write_json(path: Path, data: dict[str, Any]) -> None:
     tmp.replace(path)
 
 
+def _csv(root: Path) -> Any:
+    from torchplug.loggers.csv_logs import CSVLogger
+
+    return CSVLogger(str(root), version="run")
+
+
 def main() -> int:
     parser = argparse.ArgumentParser()
     parser.add_argument("--out", type=Path, required=True)
@@ -77,6 +85,8 @@ def main() -> int:
     parser.add_argument(
         "--sharded", action="store_true", help="FSDP with sharded checkpoints (DCP), saved every 4 steps under root/"
     )
+    parser.add_argument("--csv", action="store_true", help="log every step to a CSVLogger under DIR/root")
+    parser.add_argument("--checkpoint", action="store_true", help="a ModelCheckpoint in DIR/root/ckpts")
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
@@ -91,14 +101,19 @@ def main() -> int:
 
         strategy = FSDPStrategy(state_dict_type="sharded")
         callbacks.append(ModelCheckpoint(every_n_train_steps=4, save_top_k=2, save_last=True))
+    elif args.checkpoint:
+        from torchplug.callbacks import ModelCheckpoint
+
+        callbacks.append(ModelCheckpoint(dirpath=args.out / "root" / "ckpts", every_n_train_steps=10_000))
     trainer = torchplug.Trainer(
         accelerator="cpu",
         devices="auto",
         strategy=strategy,
         max_epochs=args.max_epochs,
         enable_progress_bar=False,
-        logger=False,
-        enable_checkpointing=args.sharded,
+        logger=_csv(args.out / "root") if args.csv else False,
+        log_every_n_steps=1,
+        enable_checkpointing=args.sharded or args.checkpoint,
         num_sanity_val_steps=0,
         callbacks=callbacks,
         default_root_dir=args.out / "root",

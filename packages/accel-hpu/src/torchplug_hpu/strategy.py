@@ -153,7 +153,7 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
         cluster_environment: ClusterEnvironment | None = None,
         parallel_devices: list[torch.device] | None = None,
         process_group_backend: str | None = "hccl",
-        timeout: timedelta = timedelta(minutes=30),
+        timeout: timedelta | None = None,
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__(

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import pickle
-import tempfile
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -20,7 +19,13 @@ from typing_extensions import override
 from torchplug import Launcher, MisconfigurationError
 
 # The core's helpers that carry rank 0's state back to the caller's Trainer (shared with ddp_spawn).
-from torchplug.strategies.launchers.multiprocessing import collect_results, own_parameters, restore_results
+from torchplug.strategies.launchers.multiprocessing import (
+    collect_results,
+    own_parameters,
+    read_results,
+    restore_results,
+    results_file,
+)
 from torchplug_tpu import _vendor
 
 if TYPE_CHECKING:
@@ -72,19 +77,13 @@ class XLALauncher(Launcher):
             holder: list[Any] = []
             xmp.spawn(_run_here, args=(function, args, kwargs, holder), nprocs=1, start_method=self.start_method)
             return holder[0]
-        fd, results_path = tempfile.mkstemp(prefix="torchplug-xla-", suffix=".pt")
-        os.close(fd)
-        try:
+        with results_file("torchplug-xla-") as results_path:  # a private directory, removed afterwards
             try:
                 xmp.spawn(_worker, args=(trainer, function, args, kwargs, results_path), start_method=self.start_method)
             except BaseException:
                 _raise_process_error(results_path)
                 raise
-            if os.path.getsize(results_path) == 0:
-                raise RuntimeError("The rank-0 XLA process finished without writing its results.")
-            output = torch.load(results_path, weights_only=False)  # written by our own process just now
-        finally:
-            _remove(results_path, *_error_files(results_path))
+            output = read_results(results_path, "The rank-0 XLA process")
         if trainer is not None:
             restore_results(trainer, output)
         return output["result"]
@@ -154,11 +153,3 @@ def _raise_process_error(results_path: str) -> None:
             error.add_note(note)
         raise error from None
     raise RuntimeError(f"XLA process {index} failed.\n{text}") from None
-
-
-def _remove(*paths: str) -> None:
-    for path in paths:
-        try:
-            os.unlink(path)
-        except FileNotFoundError:
-            pass

@@ -11,7 +11,9 @@ from typing import TYPE_CHECKING, Any
 from torchplug._discovery import Provider
 from torchplug._errors import (
     BrokenPluginError,
+    CheckpointLoadError,
     MisconfigurationError,
+    NonFiniteLossError,
     PluginConflictError,
     PluginError,
     PluginLoadError,
@@ -20,6 +22,7 @@ from torchplug._errors import (
     PluginUnavailableError,
     SettingsError,
     TorchplugError,
+    TrainingInterrupted,
     UnknownPluginError,
 )
 from torchplug._host import PluginHost, plugin_host
@@ -54,12 +57,14 @@ __all__ = [
     "Callback",
     "CheckpointIO",
     "CheckpointIORegistry",
+    "CheckpointLoadError",
     "ClusterEnvironment",
     "ClusterEnvironmentRegistry",
     "DataModule",
     "Launcher",
     "MisconfigurationError",
     "Module",
+    "NonFiniteLossError",
     "PluginConflictError",
     "PluginError",
     "PluginHost",
@@ -77,6 +82,7 @@ __all__ = [
     "StrategyRegistry",
     "TorchplugError",
     "Trainer",
+    "TrainingInterrupted",
     "UnknownPluginError",
     "__version__",
     "hookimpl",

@@ -6,7 +6,9 @@ from typing_extensions import override
 
 __all__ = [
     "BrokenPluginError",
+    "CheckpointLoadError",
     "MisconfigurationError",
+    "NonFiniteLossError",
     "PluginConflictError",
     "PluginError",
     "PluginLoadError",
@@ -15,6 +17,7 @@ __all__ = [
     "PluginUnavailableError",
     "SettingsError",
     "TorchplugError",
+    "TrainingInterrupted",
     "UnknownPluginError",
 ]
 
@@ -94,3 +97,44 @@ class PluginSettingsError(SettingsError, PluginError):
 
     Raised before discovery starts, so that no registry is left half-built.
     """
+
+
+class NonFiniteLossError(TorchplugError, FloatingPointError):
+    """The training loss became NaN or infinite; the message names the step where it was found.
+
+    Raised by ``fit`` with ``Trainer(nonfinite_loss="raise")`` (the default). The check costs
+    nothing per step: the loss is checked every ``log_every_n_steps`` batches and at the end of
+    each epoch; the message also names the last step where it was still finite.
+    """
+
+
+class CheckpointLoadError(TorchplugError, ValueError):
+    """A checkpoint file could not be read: empty, truncated, or not a checkpoint at all.
+
+    The message names the path and the cause; the original error is chained.
+    """
+
+
+class TrainingInterrupted(KeyboardInterrupt):
+    """``fit`` was stopped by SIGINT or SIGTERM; raised on every process at the same step.
+
+    A KeyboardInterrupt, so that ``except Exception`` does not swallow it. ``fit`` turns it into
+    ``SystemExit(128 + signal number)`` (exit status 130 for SIGINT, 143 for SIGTERM) once the
+    run has been wound down: the interruption checkpoint written, the loggers flushed, the other
+    processes stopped.
+
+    Attributes:
+        signum: The signal received.
+        step: The global step training stopped after.
+    """
+
+    def __init__(self, message: str, signum: int, step: int) -> None:
+        super().__init__(message)
+        self.signum = signum
+        self.step = step
+        #: Set once the Trainer ran the exception hooks for it on every process.
+        self.handled = False
+
+    @override
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""

@@ -99,7 +99,7 @@ class DeepSpeedStrategy(DDPStrategy):
         cluster_environment: ClusterEnvironment | None = None,
         parallel_devices: list[torch.device] | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta = timedelta(minutes=30),
+        timeout: timedelta | None = None,
         **zero_options: Any,
     ) -> None:
         super().__init__(

@@ -23,11 +23,12 @@ from __future__ import annotations
 import math
 import os
 import re
+import sys
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import MisconfigurationError, TrainingInterrupted
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.rank_zero import rank_zero_warn
@@ -76,6 +77,9 @@ class ModelCheckpoint(Callback):
             names with ``/``, which would otherwise make subdirectories).
         enable_version_counter: Add ``-v1``, ``-v2``... when a file of the same name exists already.
         verbose: Print every save decision (global rank 0).
+        save_on_interrupt: When SIGINT or SIGTERM stops ``fit`` (see :class:`~torchplug.TrainingInterrupted`),
+            write ``<dirpath>/interrupted.ckpt`` at the step where every process stopped, to resume from
+            with ``fit(ckpt_path=...)``. False: write nothing then.
 
     Attributes:
         best_model_path: The best checkpoint so far (the latest one without ``monitor``), or ``""``.
@@ -83,6 +87,7 @@ class ModelCheckpoint(Callback):
         best_k_models: Path to score of the checkpoints kept by ``monitor``.
         kth_best_model_path: The worst of the kept checkpoints, the next to be replaced.
         last_model_path: The path of ``last.ckpt`` (with its version), or ``""``.
+        interrupted_model_path: The checkpoint written when a signal stopped ``fit``, or ``""``.
     """
 
     #: Runs after the other callbacks, once the metrics of the step or epoch are complete.
@@ -91,6 +96,7 @@ class ModelCheckpoint(Callback):
     CHECKPOINT_JOIN_CHAR: Final = "-"
     CHECKPOINT_EQUALS_CHAR: Final = "="
     CHECKPOINT_NAME_LAST: Final = "last"
+    CHECKPOINT_NAME_INTERRUPTED: Final = "interrupted"
     FILE_EXTENSION: Final = ".ckpt"
     STARTING_VERSION: Final = 1
 
@@ -109,6 +115,7 @@ class ModelCheckpoint(Callback):
         auto_insert_metric_name: bool = True,
         enable_version_counter: bool = True,
         verbose: bool = False,
+        save_on_interrupt: bool = True,
     ) -> None:
         _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs)
         self.monitor = monitor
@@ -118,6 +125,8 @@ class ModelCheckpoint(Callback):
         self.save_weights_only = save_weights_only
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
+        self.save_on_interrupt = save_on_interrupt
+        self.interrupted_model_path = ""
         self._save_on_train_epoch_end = save_on_train_epoch_end
         self._enable_version_counter = enable_version_counter
         self._every_n_train_steps = every_n_train_steps or 0
@@ -141,6 +150,10 @@ class ModelCheckpoint(Callback):
         self._validated = False
         self._warned_missing = False
         self._logged_names: list[str] = []
+        self._removing: list[str] = []  # removed once the checkpoint being written is complete
+        self._orphans: list[str] = []  # files of a killed run to remove when training resumes
+        self._resumed = False  # the state came from a checkpoint of this directory
+        self._resumed_step: int | None = None
 
     # -- identity and state ---------------------------------------------------------------------
 
@@ -170,6 +183,7 @@ class ModelCheckpoint(Callback):
             "kth_value": self.kth_value,
             "last_model_path": self.last_model_path,
             "recent_model_paths": list(self._recent_paths),
+            "removing": list(self._removing),
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -193,6 +207,8 @@ class ModelCheckpoint(Callback):
             self.kth_value = state_dict.get("kth_value")
             self.last_model_path = state_dict.get("last_model_path", "")
             self._recent_paths = list(state_dict.get("recent_model_paths", []))
+            self._orphans = list(state_dict.get("removing", []))
+            self._resumed = True
         else:
             rank_zero_warn(
                 f"ModelCheckpoint: the checkpoint was written to {saved_dir!r}, this run writes to "
@@ -211,6 +227,71 @@ class ModelCheckpoint(Callback):
         if stage == "fit":
             self._validated = False
 
+    def on_load_checkpoint(self, trainer: Trainer, module: Module, checkpoint: dict[str, Any]) -> None:
+        """Note the global step of the checkpoint ``fit`` resumes from (files of later steps are a killed run's)."""
+        step = checkpoint.get("global_step")
+        self._resumed_step = int(step) if step is not None else None
+
+    def on_train_start(self, trainer: Trainer, module: Module) -> None:
+        """When resuming in this directory: remove what a killed run left untracked, so ``save_top_k`` holds.
+
+        That is the file it was about to remove when it was killed, and the checkpoints it wrote
+        after the one resumed from (their step, read from the name, is not earlier, and this callback
+        does not track them): this run writes them again.
+        """
+        if not self._resumed:
+            return
+        self._resumed = False
+        orphans: list[str] | None = self._find_orphans(trainer) if trainer.is_global_zero else None
+        if trainer.world_size > 1:
+            orphans = trainer.strategy.broadcast(orphans)
+        for path in orphans or []:
+            self._remove(trainer, path)
+        if orphans:
+            rank_zero_warn(
+                f"ModelCheckpoint: removed {len(orphans)} checkpoint(s) that the interrupted run left untracked in "
+                f"{self.dirpath} (written after the checkpoint resumed from, or due for removal): "
+                f"{', '.join(os.path.basename(p) for p in orphans)}."
+            )
+
+    def _find_orphans(self, trainer: Trainer) -> list[str]:
+        from fsspec.core import url_to_fs
+
+        assert self.dirpath is not None
+        fs, directory = url_to_fs(self.dirpath)
+        try:
+            names = [p.rsplit("/", 1)[-1] for p in fs.ls(directory, detail=False)]
+        except FileNotFoundError:
+            return []
+        root = self.dirpath.rstrip("/")
+        tracked = {*self.best_k_models, *self._recent_paths, self.last_model_path, self.interrupted_model_path}
+        pattern, step = self._name_pattern(), self._resumed_step
+        orphans = [p for p in self._orphans if p not in tracked and p.rsplit("/", 1)[-1] in names]
+        for name in names:
+            match = pattern.match(name)
+            path = f"{root}/{name}"
+            if match is None or path in tracked or path in orphans or step is None:
+                continue
+            if "step" in match.groupdict() and int(match["step"]) >= step:  # an untracked one of the resumed step
+                orphans.append(path)  # was written after last.ckpt at a run's first save point
+        self._orphans = []
+        return orphans
+
+    def _name_pattern(self) -> re.Pattern[str]:
+        """A regex of the names this callback writes (``step`` captured when the template has it)."""
+        regex, named = "", False
+        for part in re.split(r"(\{[^{}]*\})", self.filename or "{epoch}-{step}"):
+            field = re.fullmatch(r"\{([^:}]+)(?::[^}]*)?\}", part)
+            if field is None:
+                regex += re.escape(part)
+                continue
+            name = field[1]
+            regex += re.escape(name + self.CHECKPOINT_EQUALS_CHAR) if self.auto_insert_metric_name else ""
+            regex += r"(?P<step>\d+)" if name == "step" and not named else ".+?"
+            named = named or name == "step"
+        version = re.escape(self.CHECKPOINT_JOIN_CHAR) + r"v\d+"
+        return re.compile(f"^{regex}(?:{version})?{re.escape(self.FILE_EXTENSION)}$")
+
     def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
         """Save every ``every_n_train_steps`` optimizer steps (returns at once when that is not set)."""
         every = self._every_n_train_steps
@@ -220,8 +301,10 @@ class ModelCheckpoint(Callback):
         if step % every or step == self._last_global_step_saved or self._skip(trainer):
             return
         candidates = self._candidates(trainer)
+        first = self._last_first(trainer, candidates)
         self._save_topk(trainer, candidates, at_epoch_end=False)
-        self._save_last(trainer, candidates)
+        if not first:
+            self._save_last(trainer, candidates)
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Save at the end of the training epoch, when that is where this run saves."""
@@ -234,6 +317,23 @@ class ModelCheckpoint(Callback):
             self._validated = True
         if not self._skip(trainer) and not self._saves_on_train_epoch_end(trainer):
             self._save_at_epoch_end(trainer)
+
+    def on_exception(self, trainer: Trainer, module: Module, exception: BaseException) -> None:
+        """After SIGINT or SIGTERM stopped ``fit`` (every process at the same step): write ``interrupted.ckpt``."""
+        if not isinstance(exception, TrainingInterrupted) or not self.save_on_interrupt:
+            return
+        if trainer.fast_dev_run or trainer.state.fn is not TrainerFn.FITTING or self.dirpath is None:
+            return
+        path = f"{self.dirpath.rstrip('/')}/{self.CHECKPOINT_NAME_INTERRUPTED}{self.FILE_EXTENSION}"
+        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        trainer.strategy.checkpoint_io.flush()
+        self.interrupted_model_path = path
+        if trainer.is_global_zero:
+            print(
+                f"torchplug: {exception} Checkpoint: {path} (resume with fit(..., ckpt_path={path!r}))",
+                file=sys.stderr,
+                flush=True,
+            )
 
     # -- when -------------------------------------------------------------------------------------
 
@@ -257,10 +357,24 @@ class ModelCheckpoint(Callback):
 
     def _save_at_epoch_end(self, trainer: Trainer) -> None:
         candidates = self._candidates(trainer)
+        first = self._last_first(trainer, candidates)
         every = self._every_n_epochs
         if every >= 1 and (trainer.current_epoch + 1) % every == 0:
             self._save_topk(trainer, candidates, at_epoch_end=True)
+        if not first:
+            self._save_last(trainer, candidates)
+
+    def _last_first(self, trainer: Trainer, candidates: dict[str, Any]) -> bool:
+        """At the first save of a run without ``last.ckpt`` yet, write it before the top-k file; True if so.
+
+        A run killed in the middle of its first save point then always leaves a checkpoint to resume
+        from (whose resumption removes the top-k file written after it), never a lone top-k file
+        that the next, fresh run would not know about.
+        """
+        if not self.save_last or self.last_model_path:
+            return False
         self._save_last(trainer, candidates)
+        return True
 
     # -- what -------------------------------------------------------------------------------------
 
@@ -294,8 +408,14 @@ class ModelCheckpoint(Callback):
             self._missing_monitor(trainer, candidates, at_epoch_end)
             return
         score = float(current)
-        if math.isnan(score):
-            score = math.inf if self.mode == "min" else -math.inf
+        if not math.isfinite(score):  # a diverged run: never a "best" checkpoint, never one that pushes a good one out
+            rank_zero_warn(
+                f"ModelCheckpoint(monitor={self.monitor!r}): {self.monitor} = {score} at epoch "
+                f"{int(candidates['epoch'])}, global step {int(candidates['step'])} is not finite, so this "
+                f"checkpoint is not a top-{self.save_top_k} candidate (best_model_path stays "
+                f"{self.best_model_path or 'unset'!r})."
+            )
+            return
         if self._in_top_k(score):
             self._update_best_and_save(trainer, torch.tensor(score), candidates)
         elif self.verbose:
@@ -346,7 +466,7 @@ class ModelCheckpoint(Callback):
                 f"{self.monitor!r} reached {float(current):.5g} (best "
                 f"{float(self.best_model_score):.5g}), saving model to {path!r} as top {k}.",
             )
-        self._write(trainer, path)
+        self._write(trainer, path, removing=replaced)
         if replaced and replaced != path:
             self._remove(trainer, replaced)
 
@@ -358,7 +478,7 @@ class ModelCheckpoint(Callback):
         self.best_model_path = path
         if k > 0:
             self._recent_paths = [p for p in self._recent_paths if p not in (path, oldest)] + [path]
-        self._write(trainer, path)
+        self._write(trainer, path, removing=oldest)
         if oldest and oldest != path:
             self._remove(trainer, oldest)
 
@@ -368,7 +488,7 @@ class ModelCheckpoint(Callback):
         previous = self.last_model_path
         path = self._unique_path(trainer, candidates, reusable=previous, filename=self.CHECKPOINT_NAME_LAST)
         self.last_model_path = path
-        self._write(trainer, path)
+        self._write(trainer, path, removing=previous)
         if previous and previous != path:
             self._remove(trainer, previous)
 
@@ -417,8 +537,12 @@ class ModelCheckpoint(Callback):
 
     # -- IO ---------------------------------------------------------------------------------------
 
-    def _write(self, trainer: Trainer, path: str) -> None:
+    def _write(self, trainer: Trainer, path: str, removing: str = "") -> None:
+        # The file to remove once this one is written goes into this checkpoint's state: a run killed
+        # in between and resumed from this checkpoint removes it then.
+        self._removing = [removing] if removing and removing != path else []
         trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        self._removing = []
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = path
         if trainer.is_global_zero:  # trackers that keep checkpoints as artifacts (MLflow, W&B log_model)

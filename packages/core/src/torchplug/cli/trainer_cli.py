@@ -28,13 +28,17 @@ import inspect
 import os
 import re
 import sys
+import sysconfig
+import tempfile
 import time
+import traceback
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
 from jsonargparse import ArgumentParser, Namespace
 
 from torchplug._errors import (
+    CheckpointLoadError,
     MisconfigurationError,
     PluginError,
     PluginLoadError,
@@ -240,7 +244,7 @@ class TrainerCLI:
         self.subcommand = self.config.get("subcommand") if run else None
         self._check_config()
         self._seed()
-        self.config_init: Namespace = self.parser.instantiate(self.config)
+        self.config_init: Namespace = self._instantiate()
         self.model: Module | None = self._section(self.config_init).get("model")
         self.datamodule: DataModule | None = self._section(self.config_init).get("data")
         self.trainer: Trainer = self._instantiate_trainer()
@@ -436,6 +440,32 @@ class TrainerCLI:
 
     # -- running ------------------------------------------------------------------------------
 
+    def _instantiate(self) -> Namespace:
+        """Build the model, data and callbacks; an error raised by their ``__init__`` is one clean usage error."""
+        try:
+            config: Namespace = self.parser.instantiate(self.config)
+        except Exception as exc:
+            self._error(_construction_error(exc))
+        return config
+
+    def _check_paths(self, config: Namespace) -> None:
+        """Refuse, before any work, a missing ``--ckpt_path`` and a root directory that cannot be written."""
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path and ckpt_path not in ("last", "best", "hpc") and not _exists(str(ckpt_path)):
+            self._error(
+                f"--ckpt_path={ckpt_path}: no checkpoint file there. Hint: give the path of a .ckpt file (or "
+                "'last' / 'best' for the ones the ModelCheckpoint callback wrote)."
+            )
+        if self.subcommand != "fit":
+            return
+        root = self.trainer.default_root_dir
+        problem = _unwritable(root)
+        if problem is not None:
+            self._error(
+                f"--trainer.default_root_dir={root}: logs and checkpoints cannot be written there ({problem}). "
+                "Hint: give a directory you can write to, or leave the option out for the current directory."
+            )
+
     def _instantiate_trainer(self) -> Trainer:
         config = self._section(self.config_init)
         kwargs = dict(vars(config.trainer))
@@ -464,6 +494,7 @@ class TrainerCLI:
         if config.get("resolve"):
             print(self.trainer.describe())
             return
+        self._check_paths(config)
         method = getattr(self.trainer, str(self.subcommand))
         start = time.perf_counter()
         try:
@@ -472,6 +503,8 @@ class TrainerCLI:
             result = method(self.model, datamodule=self.datamodule, ckpt_path=config.get("ckpt_path"))
         except MisconfigurationError as exc:  # arguments that do not fit together, found while running
             self._error(_with_option(str(exc)))
+        except CheckpointLoadError as exc:  # --ckpt_path names a file that is not a whole checkpoint
+            self._error(f"--ckpt_path={config.get('ckpt_path')}: {exc}")
         if self.subcommand == "fit":
             _print_fit_summary(self.trainer, time.perf_counter() - start)
         elif self.subcommand == "predict":
@@ -533,6 +566,63 @@ def _resolve_name(host: PluginHost, kind: str, name: str) -> None:
         from torchplug.accelerators.torch_device import resolve_device_type
 
         resolve_device_type(name, unknown)  # raises the same error, extended with torch's current device
+
+
+def _exists(path: str) -> bool:
+    from fsspec.core import url_to_fs
+
+    try:
+        fs, fs_path = url_to_fs(path)
+        return bool(fs.exists(fs_path))
+    except Exception:  # an unknown protocol or an unreachable store: let the run report it in its own words
+        return True
+
+
+def _unwritable(root: str) -> str | None:
+    """Why files cannot be written under the local directory ``root`` (created if missing), or None."""
+    if "://" in root and not root.startswith("file://"):
+        return None  # a remote store: the first write reports its own error
+    directory = root.removeprefix("file://")
+    try:
+        os.makedirs(directory, exist_ok=True)
+        with tempfile.TemporaryFile(dir=directory):
+            pass
+    except OSError as exc:
+        return f"{type(exc).__name__}: {exc.strerror or exc}"
+    return None
+
+
+def _construction_error(exc: BaseException) -> str:
+    """One readable line for an error raised while building the model, the data or a callback, with its frame.
+
+    jsonargparse reports it inside a list of the types it tried; the error raised by the user's own
+    ``__init__`` is the last cause in the chain, and its last frame in the user's code is where it was raised.
+    """
+    original = exc
+    while original.__cause__ is not None:
+        original = original.__cause__
+    if original is exc:
+        return str(exc)
+    owner, frame = _raising_frame(original)
+    where = f'\n  File "{frame.filename}", line {frame.lineno}, in {frame.name}' if frame is not None else ""
+    code = f"\n    {frame.line}" if frame is not None and frame.line else ""
+    return f"{owner or 'building the objects'} raised {type(original).__name__}: {original}{where}{code}"
+
+
+def _raising_frame(exc: BaseException) -> tuple[str | None, traceback.FrameSummary | None]:
+    """The class whose ``__init__`` raised (``--model=pkg.Class``), and the innermost frame outside libraries."""
+    owner: str | None = None
+    tb = exc.__traceback__
+    while tb is not None:
+        instance = tb.tb_frame.f_locals.get("self") if tb.tb_frame.f_code.co_name == "__init__" else None
+        if owner is None and isinstance(instance, (Module, DataModule, Callback)):
+            kind = "--model" if isinstance(instance, Module) else "--data" if isinstance(instance, DataModule) else ""
+            name = f"{type(instance).__module__}.{type(instance).__qualname__}"
+            owner = f"{kind}={name}: {type(instance).__name__}.__init__" if kind else f"{name}.__init__"
+        tb = tb.tb_next
+    libraries = {sysconfig.get_paths()[key] for key in ("stdlib", "purelib", "platlib")}
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith(tuple(libraries))]
+    return owner, (frames[-1] if frames else None)
 
 
 def _with_option(message: str) -> str:

@@ -9,6 +9,7 @@ from typing import ClassVar
 from typing_extensions import override
 
 from torchplug.environments.cluster_environment import ClusterEnvironment, Evidence
+from torchplug.utilities.env_vars import env_int
 
 __all__ = ["LocalEnvironment", "find_free_port"]
 
@@ -55,9 +56,14 @@ class LocalEnvironment(ClusterEnvironment):
     @property
     @override
     def main_port(self) -> int:
-        """``MASTER_PORT``, else a free port chosen once for this environment object."""
-        if "MASTER_PORT" in os.environ:
-            return int(os.environ["MASTER_PORT"])
+        """``MASTER_PORT``, else a free port chosen once for this environment object.
+
+        Raises:
+            SettingsError: ``MASTER_PORT`` is not a port number (1-65535).
+        """
+        port = env_int("MASTER_PORT", None, minimum=1, maximum=65535)
+        if port is not None:
+            return port
         if self._port is None:
             self._port = find_free_port()
         return self._port
@@ -85,9 +91,11 @@ class LocalEnvironment(ClusterEnvironment):
     @override
     def local_rank(self) -> int:
         """``LOCAL_RANK``, else 0."""
-        return int(os.environ.get("LOCAL_RANK", 0))
+        return env_int("LOCAL_RANK", 0, minimum=0)
 
     @override
     def node_rank(self) -> int:
         """``NODE_RANK``, else ``GROUP_RANK``, else 0."""
-        return int(os.environ.get("NODE_RANK", os.environ.get("GROUP_RANK", 0)))
+        if os.environ.get("NODE_RANK", "").strip():
+            return env_int("NODE_RANK", 0, minimum=0)
+        return env_int("GROUP_RANK", 0, minimum=0)

@@ -3,27 +3,78 @@
 from __future__ import annotations
 
 import ctypes
+import errno
 import os
+import pickle
+import re
+import socket
 import stat
 import sys
 import uuid
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 from typing_extensions import override
 
+from torchplug._errors import CheckpointLoadError
 from torchplug.io.checkpoint_io import CheckpointIO
 
 if TYPE_CHECKING:
     from fsspec import AbstractFileSystem
 
-__all__ = ["TorchCheckpointIO", "temporary_sibling"]
+__all__ = ["TorchCheckpointIO", "remove_stale_temporaries", "temporary_sibling"]
+
+#: ``.<name>.tmp-<host>-<pid>-<8 hex>`` (and ``.<name>.tmp-<pid>-<8 hex>``, written by earlier versions).
+_TEMPORARY: Final = re.compile(r"^\.(?P<name>.+)\.tmp-(?:(?P<host>.+)-)?(?P<pid>\d+)-[0-9a-f]{8}$")
+
+
+def _host() -> str:
+    return socket.gethostname().replace("/", "_") or "localhost"
 
 
 def temporary_sibling(fs: AbstractFileSystem, path: str) -> str:
-    """A hidden, unique name next to ``path`` (same directory, so a rename onto ``path`` is atomic)."""
+    """A hidden, unique name next to ``path`` (same directory, so a rename onto ``path`` is atomic).
+
+    The name records the writer's host and process id, so that the temporary file of a writer that
+    was killed can be recognised and removed later (:func:`remove_stale_temporaries`).
+    """
     parent, _, name = path.rpartition(fs.sep)
-    return f"{parent}{fs.sep}.{name}.tmp-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+    return f"{parent}{fs.sep}.{name}.tmp-{_host()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
+
+
+def remove_stale_temporaries(directory: str) -> list[str]:
+    """Delete the temporary files that killed writers left in the local ``directory``; return their paths.
+
+    A temporary file (see :func:`temporary_sibling`) is stale when it was written on this host by a
+    process that no longer exists. Files of live processes (a save in progress, in this process or
+    another) and of other hosts (a shared filesystem) are left alone.
+    """
+    try:
+        names = os.listdir(directory)
+    except OSError:  # no directory yet, or not readable: nothing of ours to clean
+        return []
+    host, removed = _host(), []
+    for name in names:
+        match = _TEMPORARY.match(name)
+        if match is None or match["host"] not in (None, host) or _process_exists(int(match["pid"])):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            os.unlink(path)
+        except OSError:  # removed by another process meanwhile, or not ours to remove
+            continue
+        removed.append(path)
+    return removed
+
+
+def _process_exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, as another user's process
+        return True
+    return True
 
 
 def _url_to_fs(path: str) -> tuple[AbstractFileSystem, str, bool]:
@@ -61,6 +112,8 @@ class TorchCheckpointIO(CheckpointIO):
             )
         fs, fs_path, local = _url_to_fs(path)
         fs.makedirs(fs._parent(fs_path), exist_ok=True)
+        if local:
+            _warn_removed(remove_stale_temporaries(os.path.dirname(fs_path) or "."))
         tmp = temporary_sibling(fs, fs_path)
         try:
             if local:
@@ -69,6 +122,19 @@ class TorchCheckpointIO(CheckpointIO):
                 with fs.open(tmp, "wb") as stream:
                     torch.save(checkpoint, stream)
                 fs.mv(tmp, fs_path)
+        except Exception as exc:
+            full = local and _disk_full(exc, os.path.dirname(fs_path) or ".")
+            written = _size(tmp) if full else 0
+            _remove_quietly(fs, tmp)
+            if full:
+                raise OSError(
+                    errno.ENOSPC,
+                    f"No space left on device: saving the checkpoint to {path} stopped after {written} bytes. "
+                    f"The file at {path} was not changed (any earlier checkpoint there is intact). Hint: free "
+                    "space on that filesystem, or save elsewhere (ModelCheckpoint(dirpath=...), default_root_dir=...)",
+                    path,
+                ) from exc
+            raise
         except BaseException:
             _remove_quietly(fs, tmp)
             raise
@@ -87,12 +153,26 @@ class TorchCheckpointIO(CheckpointIO):
         fs, fs_path, local = _url_to_fs(path)
         if not fs.exists(fs_path):
             raise FileNotFoundError(f"Checkpoint file not found: {path}")
-        checkpoint: dict[str, Any]  # torch.load is typed to return Any
         if local:
-            checkpoint = torch.load(fs_path, map_location=map_location, weights_only=weights_only)
-        else:
-            with fs.open(fs_path, "rb") as stream:
-                checkpoint = torch.load(stream, map_location=map_location, weights_only=weights_only)
+            _warn_removed(remove_stale_temporaries(os.path.dirname(fs_path) or "."))
+        checkpoint: Any
+        try:
+            if local:
+                checkpoint = torch.load(fs_path, map_location=map_location, weights_only=weights_only)
+            else:
+                with fs.open(fs_path, "rb") as stream:
+                    checkpoint = torch.load(stream, map_location=map_location, weights_only=weights_only)
+        except (MemoryError, OSError) as exc:  # reading failed (the disk, the network): that error is the news
+            if not isinstance(exc, IsADirectoryError):
+                raise
+            raise CheckpointLoadError(_why_unreadable(fs, fs_path, path, exc)) from exc
+        except Exception as exc:  # torch's readers raise anything on bytes they do not understand
+            raise CheckpointLoadError(_why_unreadable(fs, fs_path, path, exc)) from exc
+        if not isinstance(checkpoint, dict):
+            raise CheckpointLoadError(
+                f"Cannot load the checkpoint {path}: it holds a {type(checkpoint).__name__}, not a checkpoint (a "
+                "dict of tensors and plain data). Hint: pass the path of a checkpoint written by a Trainer."
+            )
         return checkpoint
 
     @override
@@ -154,6 +234,79 @@ def _fsync(path: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def _why_unreadable(fs: AbstractFileSystem, fs_path: str, path: str, exc: BaseException) -> str:
+    """The message for a file ``torch.load`` could not read: what the file is, and why it failed."""
+    prefix = f"Cannot load the checkpoint {path}"
+    if fs.isdir(fs_path):
+        return f"{prefix}: it is a directory, not a checkpoint file. Hint: give the path of the .ckpt file in it."
+    size = fs.size(fs_path) or 0
+    if size == 0:
+        return (
+            f"{prefix}: the file is empty (0 bytes). It was never written completely: the save that created it "
+            "was interrupted, or its disk was full. Hint: resume from an earlier checkpoint."
+        )
+    with fs.open(fs_path, "rb") as stream:
+        head = stream.read(4)
+    if head == b"PK\x03\x04":  # a zip archive: torch's format, so the file is cut short or damaged
+        if isinstance(exc, pickle.UnpicklingError):
+            first = str(exc).strip().splitlines()
+            refused = next((line.strip() for line in first if "GLOBAL" in line or "Unsupported" in line), first[0])
+            return (
+                f"{prefix}: it holds Python objects that the safe loader does not run ({refused}). torchplug "
+                "writes checkpoints of tensors and plain data only, so this file came from elsewhere or a callback "
+                "stored such an object in it. Hint: if you trust the file, allow that one class with "
+                "torch.serialization.add_safe_globals([...])."
+            )
+        return (
+            f"{prefix}: the file ({size} bytes) is truncated or damaged ({_first_line(exc)}). The Trainer's saves "
+            "are atomic and never leave such a file; a copy cut short, or a disk that filled up during a copy, "
+            "does. Hint: resume from an earlier checkpoint."
+        )
+    kind = "a plain pickle, not a torch checkpoint" if head[:1] == b"\x80" else f"not a checkpoint (it starts {head!r})"
+    return (
+        f"{prefix}: the file ({size} bytes) is {kind}; torch.load failed with {type(exc).__name__}. Hint: give "
+        "the path of a checkpoint written by a Trainer or by torch.save."
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    """``Type: the first sentence of the message``."""
+    lines = str(exc).strip().splitlines()
+    first = lines[0].split(". ")[0].rstrip(".")[:200] if lines else ""
+    return f"{type(exc).__name__}: {first}" if first else type(exc).__name__
+
+
+def _warn_removed(paths: list[str]) -> None:
+    if paths:
+        from torchplug.utilities.rank_zero import log
+
+        log.warning("removed %d temporary file(s) left by killed checkpoint saves: %s", len(paths), ", ".join(paths))
+
+
+def _disk_full(exc: BaseException, directory: str) -> bool:
+    """Whether a failed save ran out of space: ENOSPC/EDQUOT, or torch's writer failing on a full filesystem."""
+    if isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT):
+        return True
+    if not isinstance(exc, RuntimeError):
+        return False
+    try:
+        usage = os.statvfs(directory)
+    except OSError:
+        return False
+    return usage.f_bavail * usage.f_frsize < _FULL_BELOW
+
+
+#: Free bytes below which a write that failed is put down to a full disk (torch's writer gives no errno).
+_FULL_BELOW: Final = 1 << 20
+
+
+def _size(path: str) -> int:
+    try:
+        return os.path.getsize(path)
+    except OSError:
+        return 0
 
 
 def _remove_quietly(fs: AbstractFileSystem, path: str) -> None:

@@ -67,7 +67,7 @@ class DDPStrategy(ParallelStrategy):
         cluster_environment: ClusterEnvironment | None = None,
         parallel_devices: list[torch.device] | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta = timedelta(minutes=30),
+        timeout: timedelta | None = None,
         **ddp_kwargs: Any,
     ) -> None:
         if start_method not in _START_METHODS:

@@ -109,7 +109,7 @@ class FSDPStrategy(DDPStrategy):
         cluster_environment: ClusterEnvironment | None = None,
         parallel_devices: list[torch.device] | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta = timedelta(minutes=30),
+        timeout: timedelta | None = None,
     ) -> None:
         super().__init__(
             start_method,

@@ -14,7 +14,7 @@ from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
-from torchplug.utilities.distributed import init_process_group
+from torchplug.utilities.distributed import collective_timeout, init_process_group
 
 __all__ = ["ParallelStrategy"]
 
@@ -30,7 +30,8 @@ class ParallelStrategy(Strategy):
         accelerator, precision, checkpoint_io, cluster_environment: As for :class:`Strategy`.
         parallel_devices: The devices of this node's processes (by default from ``devices=``).
         process_group_backend: ``"gloo"``, ``"nccl"``...; by default the accelerator's.
-        timeout: How long a collective may wait for the other processes before failing.
+        timeout: How long a collective may wait for the other processes before failing (default:
+            ``TORCHPLUG_COLLECTIVE_TIMEOUT`` seconds, 600 unless set; torch's own default is 30 minutes).
     """
 
     is_distributed: ClassVar[bool] = True
@@ -43,7 +44,7 @@ class ParallelStrategy(Strategy):
         cluster_environment: ClusterEnvironment | None = None,
         parallel_devices: list[torch.device] | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta = timedelta(minutes=30),
+        timeout: timedelta | None = None,
     ) -> None:
         super().__init__(accelerator, precision, checkpoint_io, cluster_environment)
         self.parallel_devices = parallel_devices
@@ -99,7 +100,8 @@ class ParallelStrategy(Strategy):
         super().setup_environment()
         self.set_world_ranks()
         backend = self.process_group_backend or self.accelerator.process_group_backend
-        init_process_group(self.cluster_environment, backend, self.timeout)
+        timeout = self.timeout if self.timeout is not None else collective_timeout()
+        init_process_group(self.cluster_environment, backend, timeout, self.num_processes)
 
     @override
     def model_to_device(self) -> None:

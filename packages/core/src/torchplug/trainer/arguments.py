@@ -8,6 +8,7 @@ and what is allowed.
 from __future__ import annotations
 
 import math
+import os
 from typing import Any
 
 from torchplug._errors import MisconfigurationError
@@ -20,6 +21,8 @@ __all__ = [
     "check_fast_dev_run",
     "check_int",
     "check_limit",
+    "check_nonfinite_loss",
+    "check_root_dir",
     "check_val_check_interval",
 ]
 
@@ -114,6 +117,35 @@ def check_clip_algorithm(value: Any) -> str:
     if isinstance(value, str) and value.lower() in ("norm", "value"):
         return value.lower()
     raise MisconfigurationError(f"gradient_clip_algorithm={value!r}: choose 'norm' or 'value'.")
+
+
+def check_root_dir(value: Any) -> str:
+    """``default_root_dir``: None (the current directory), or a path or URL (str or ``os.PathLike``)."""
+    if value is None:
+        return os.getcwd()
+    path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
+    if isinstance(path, str) and path:
+        return path
+    raise MisconfigurationError(
+        f"default_root_dir={value!r} is not valid: give a directory path or URL (a str or a pathlib.Path), or None "
+        "for the current directory."
+    )
+
+
+#: The values of ``nonfinite_loss``, with what each does.
+NONFINITE_LOSS_CHOICES = ("raise", "skip", "ignore")
+
+
+def check_nonfinite_loss(value: Any) -> str:
+    """``nonfinite_loss``: ``"raise"`` (default), ``"skip"`` or ``"ignore"`` (see the Trainer's docstring)."""
+    if value is None:
+        return "raise"
+    if isinstance(value, str) and value.lower() in NONFINITE_LOSS_CHOICES:
+        return value.lower()
+    raise MisconfigurationError(
+        f"nonfinite_loss={value!r}: choose 'raise' (stop with an error naming the step), 'skip' (skip the "
+        "optimizer step of such a batch, with a warning) or 'ignore'."
+    )
 
 
 #: The settings ``barebones=True`` turns off, each with the value that would turn it on.

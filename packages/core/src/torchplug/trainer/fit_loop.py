@@ -20,6 +20,7 @@ from torchplug.trainer.checkpoint_connector import gradients_of, load_gradients
 from torchplug.trainer.data import batch_transfer
 from torchplug.trainer.evaluation_loop import EvaluationLoop
 from torchplug.trainer.metrics import BATCH_TRAIN, EPOCH
+from torchplug.trainer.nonfinite import LossCheck
 from torchplug.trainer.optimization import automatic_step, manual_backward, manual_optimizers, manual_step
 from torchplug.trainer.schedulers import SchedulerStepper
 from torchplug.trainer.states import FitProgress, RunningStage
@@ -32,6 +33,7 @@ if TYPE_CHECKING:
     from torchplug.trainer.hooks import HookRunner
     from torchplug.trainer.logger_connector import LoggerConnector
     from torchplug.trainer.preemption import PreemptionWatch
+    from torchplug.trainer.signals import SignalStop
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["FitLoop"]
@@ -70,6 +72,7 @@ class FitLoop:
         logging: Sends the logged metrics to the loggers.
         data: The run's dataloaders.
         preemption: Watches for a scheduler's preemption notice.
+        signals: Stops training at a batch boundary after SIGINT or SIGTERM (None: not watched).
     """
 
     def __init__(
@@ -79,8 +82,10 @@ class FitLoop:
         logging: LoggerConnector,
         data: DataConnector,
         preemption: PreemptionWatch,
+        signals: SignalStop | None = None,
     ) -> None:
         self.trainer = trainer
+        self._signals = signals
         self._hooks = hooks
         self._logging = logging
         self._data = data
@@ -92,6 +97,8 @@ class FitLoop:
         self.raw_loss: torch.Tensor | None = None
         #: Validate every this many batches (``inf``: at the end of each epoch of an unsized loader).
         self.val_check_batch: float = math.inf
+        #: The non-finite loss check of the run in progress (``Trainer(nonfinite_loss=...)``).
+        self.loss_check = LossCheck(trainer, self.progress)
         self._schedulers = SchedulerStepper(trainer, hooks)
         self._resume_rng: dict[str, Any] | None = None
         self._resume_gradients: list[torch.Tensor | None] | None = None
@@ -101,6 +108,7 @@ class FitLoop:
         self._plateau_steps = False  # a step-interval ReduceLROnPlateau exists
         self._logs = False  # this process has loggers
         self._validates = False  # fit validates (data, batches, validation_step)
+        self._check_loss_every = 0  # check the loss every this many batches (nonfinite_loss="raise")
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -282,7 +290,14 @@ class FitLoop:
         if self.done():
             return
         self._warn_if_eval_mode()
+        self.loss_check = LossCheck(trainer, self.progress)
         if not trainer.module.automatic_optimization:
+            if self.loss_check.mode == "skip":
+                raise MisconfigurationError(
+                    "nonfinite_loss='skip' needs automatic optimization: with manual optimization your "
+                    "training_step steps the optimizers itself. Hint: check the loss there "
+                    "(torch.isfinite(loss)) before calling step(), and use nonfinite_loss='raise' or 'ignore'."
+                )
             trainer.module._step_optimizers = manual_optimizers(trainer, self, self._hooks)
             trainer.module._manual_backward = manual_backward(trainer, self._hooks)
         results = self._logging.results
@@ -294,9 +309,26 @@ class FitLoop:
         profiler = trainer.profiler
         run_epoch = profiler.wrap("run_training_epoch", self.run_epoch) if profiler.active else self.run_epoch
         while not self.done() and not self._preemption.preempted:
+            steps, fresh = self.progress.global_step, self.progress.batches_done == 0
             run_epoch()
+            if fresh and self.progress.global_step == steps and trainer.max_epochs in (None, -1):
+                self._warn_no_step(steps)
+                break
+        if self.progress.batches_done:  # stopped in the middle of an epoch: its end did not check
+            self.loss_check.check(self.raw_loss, self.progress.batches_done - 1)
         results.phase = None
         self._hooks.call("on_train_end")
+
+    def _warn_no_step(self, steps: int) -> None:
+        """An epoch took no optimizer step, and only max_steps bounds the run: it would never end."""
+        trainer = self.trainer
+        rank_zero_warn(
+            f"fit() stopped after epoch {self.progress.epoch - 1}: the epoch took no optimizer step (global step "
+            f"still {steps}), and with max_epochs={trainer.max_epochs} and max_steps={trainer.max_steps} fit() "
+            "would run forever. Causes: a training dataloader that yields no batch, on_train_batch_start "
+            "returning -1 at the first batch, or manual optimization that never calls optimizer.step(). Hint: fix "
+            "the cause, or set max_epochs to bound the run in epochs."
+        )
 
     def _warn_if_eval_mode(self) -> None:
         in_eval = [name or "(the module)" for name, m in self.trainer.module.named_modules() if not m.training]
@@ -322,6 +354,7 @@ class FitLoop:
         self._plateau_steps = self._schedulers.has_plateau_step_interval
         self._logs = bool(self._logging.loggers)
         self._validates = self.validation_enabled
+        self._check_loss_every = self.loss_check.every
         stop = False
         results = self._logging.results
         if not resuming:
@@ -440,6 +473,9 @@ class FitLoop:
         (its step metrics were never kept, so they are not logged). Returns True when training must stop now.
         """
         trainer, progress, logging = self.trainer, self.progress, self._logging
+        every = self._check_loss_every
+        if every and not resumed and progress.total_batches % every == 0:
+            self.loss_check.check(self.raw_loss, batch_idx)  # one sync every log_every_n_steps batches, none else
         self._stepped_pending = should_step
         stepped = progress.stepped_batches
         if (
@@ -459,6 +495,8 @@ class FitLoop:
             progress.stepped_batches += 1
             self._stepped_pending = False
         progress.tail_done = True
+        if self._signals is not None and self._signals.hold:  # SIGINT/SIGTERM: every process stops at one boundary
+            self._signals.at_boundary(progress.total_batches)
         if self._preemption.active and not self._pending_gradients and self._preemption.requested():
             self._preemption.handle()
             return True
@@ -478,6 +516,7 @@ class FitLoop:
         trainer.state.stage = RunningStage.TRAINING
         results.set_stage("train", reset=False)
         results.phase = EPOCH
+        self.loss_check.check(self.raw_loss, progress.batches_done - 1)  # before the epoch's metrics and checkpoints
         self._hooks.call("on_train_epoch_end", monitoring=False)
         results.compute_epoch("train")
         if self._schedulers.has_plateau_epoch_interval:

@@ -195,6 +195,7 @@ def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchS
     hook_optimizer = StepOptimizer(stepper) if step_hook is not None else None
     wants_outputs = bool(hooks.batch_hooks("on_train_batch_end"))
     progress = loop.progress
+    skipping = loop.loss_check if loop.loss_check.mode == "skip" else None  # nonfinite_loss="skip"
 
     def run(batch: Any, batch_idx: int, should_step: bool) -> Any:
         result: list[Any] = [None, None]  # training_step's output, the (normalised) loss
@@ -221,6 +222,8 @@ def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchS
                     backward(loss)
                 for hook in after_backward:
                     hook()
+                if skipping is not None:
+                    skipping.note(loss)
             return loss
 
         if not should_step:
@@ -230,6 +233,8 @@ def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchS
 
             def step_closure() -> _Tensor | None:
                 loss = closure()
+                if skipping is not None and skipping.drop_step(optimizer):
+                    return loss  # no gradients left: the optimizer (and a loss scaler) skip the step
                 if unscale is not None:  # the hooks and the clipping see the true gradients
                     unscale()
                 for hook in before_step:

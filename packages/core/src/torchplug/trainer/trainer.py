@@ -16,7 +16,7 @@ from collections.abc import Callable, Generator, Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import MisconfigurationError, TrainingInterrupted
 from torchplug.callbacks.callback import Callback
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
@@ -50,8 +50,10 @@ from torchplug.trainer.logger_connector import LoggerConnector
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
+from torchplug.trainer.signals import SignalStop
 from torchplug.trainer.states import ExitRun, RunningStage, TrainerFn, TrainerState, TrainerStatus
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
+from torchplug.utilities.shutdown import exit_code
 from torchplug.utilities.table import print_results
 
 if TYPE_CHECKING:
@@ -105,6 +107,11 @@ class Trainer(TrainerProperties):
         deterministic: Use deterministic algorithms (``"warn"`` only warns about nondeterministic ones).
         inference_mode: Evaluate under ``torch.inference_mode`` (False: ``torch.no_grad``).
         use_distributed_sampler: Give each process its own shard of plain DataLoaders.
+        nonfinite_loss: What a NaN or infinite training loss does: ``"raise"`` (default) stops ``fit``
+            with a :class:`~torchplug.NonFiniteLossError` naming the step (the loss is checked every
+            ``log_every_n_steps`` batches and at each epoch end, nothing in between); ``"skip"`` checks
+            every batch and skips the optimizer step of such a batch with a warning (one sync per
+            batch); ``"ignore"`` does not check.
         default_root_dir: Where logs and checkpoints go by default (the current directory).
         max_time: Stop training after this long: ``"DD:HH:MM:SS"``, a dict (``{"hours": 12}``) or a
             ``timedelta`` (checked after every batch; see :class:`torchplug.callbacks.Timer`).
@@ -159,6 +166,7 @@ class Trainer(TrainerProperties):
         deterministic: bool | str | None = None,
         inference_mode: bool = True,
         use_distributed_sampler: bool = True,
+        nonfinite_loss: str = "raise",
         default_root_dir: str | os.PathLike[str] | None = None,
         max_time: str | timedelta | dict[str, int] | None = None,
         overfit_batches: int | float = 0.0,
@@ -217,7 +225,10 @@ class Trainer(TrainerProperties):
         self.inference_mode: bool = check.check_bool("inference_mode", inference_mode)
         self.use_distributed_sampler: bool = check.check_bool("use_distributed_sampler", use_distributed_sampler)
         self.deterministic = check.check_bool("deterministic", deterministic, (None, "warn"))
-        self.default_root_dir = os.fspath(default_root_dir) if default_root_dir is not None else os.getcwd()
+        self.nonfinite_loss: str = check.check_nonfinite_loss(nonfinite_loss)
+        check.check_bool("enable_checkpointing", enable_checkpointing, (None,))
+        check.check_bool("enable_progress_bar", enable_progress_bar, (None,))
+        self.default_root_dir: str = check.check_root_dir(default_root_dir)
         self.benchmark: bool | None = check.check_bool("benchmark", benchmark, (None,))
         self.detect_anomaly: bool = check.check_bool("detect_anomaly", detect_anomaly)
         self.sync_batchnorm: bool = check.check_bool("sync_batchnorm", sync_batchnorm)
@@ -243,7 +254,8 @@ class Trainer(TrainerProperties):
         self._data = DataConnector(self)
         self._checkpoints = CheckpointConnector(self)
         self._preemption = PreemptionWatch(self, self._checkpoints)
-        self.fit_loop = FitLoop(self, self._hooks, self._logging, self._data, self._preemption)
+        self._signals = SignalStop(self)
+        self.fit_loop = FitLoop(self, self._hooks, self._logging, self._data, self._preemption, self._signals)
         self.validate_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.VALIDATING)
         self.test_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.TESTING)
         self.predict_loop = PredictionLoop(self, self._hooks)
@@ -395,14 +407,22 @@ class Trainer(TrainerProperties):
                 )
             result = launcher.launch(impl, trainer=self) if launcher is not None else impl()
             self.state.status = TrainerStatus.INTERRUPTED if self.preempted else TrainerStatus.FINISHED
-            return result
         except BaseException as exc:
             self.state.status = TrainerStatus.INTERRUPTED
-            if not _caused_by(exc, self._handled_exception):  # a failure outside the run itself (the launcher's)
+            handled = _caused_by(exc, self._handled_exception) or (
+                isinstance(exc, TrainingInterrupted) and exc.handled  # the launcher's workers ran the hooks
+            )
+            if not handled:  # a failure outside the run itself (the launcher's)
                 self._on_exception(exc)
+            if isinstance(exc, TrainingInterrupted):  # every process wound down: exit as the signal asked
+                raise SystemExit(exit_code(exc.signum)) from exc
             raise
         finally:
             self.state.stage = None
+        signum, self._signals.signum = self._signals.signum, None
+        if signum is not None:  # the signal came after the last step: the run is complete, and now it exits
+            raise SystemExit(exit_code(signum))
+        return result
 
     def _on_exception(self, exc: BaseException) -> None:
         self._handled_exception = exc
@@ -472,6 +492,7 @@ class Trainer(TrainerProperties):
                 self._checkpoints.restore_training_state(checkpoint)
             self._checkpoints.prepare_io()
             self._preemption.start()
+            self._signals.start()  # after the environment's handlers (SLURM's SIGTERM), which it leaves alone
             self.module.zero_grad()  # gradients left from before the run are not this run's
             with _anomaly_detection(self.detect_anomaly):
                 self.fit_loop.sanity_check()
@@ -480,6 +501,10 @@ class Trainer(TrainerProperties):
             self._logging.finalize("success")
         except ExitRun:
             pass  # a tuner finder ended the run on purpose: tear down and return, as after success
+        except TrainingInterrupted as stop:  # raised on every process at the same step: wind down together
+            self._on_exception(stop)  # the interruption checkpoint, the loggers flushed
+            stop.handled = True
+            raise
         except BaseException as exc:
             self._on_exception(exc)  # before teardown: the model, the strategy and its process group are still up
             raise
@@ -488,6 +513,7 @@ class Trainer(TrainerProperties):
                 self._checkpoints.stop_preparing()
                 self._teardown("fit")  # flushes checkpoint writes before a held-back SIGTERM may be re-sent
             finally:
+                self._signals.stop()
                 self._preemption.stop()
 
     def _evaluate_impl(self, fn: TrainerFn, dataloaders: Any, ckpt_path: str | None, keep: bool, verbose: bool) -> Any:

@@ -20,11 +20,13 @@ from typing import Any, Final
 
 from typing_extensions import override
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import MisconfigurationError, TrainingInterrupted
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.strategies.launcher import Launcher
+from torchplug.utilities.distributed import explain_stall
 from torchplug.utilities.env_vars import env_float, env_int
 from torchplug.utilities.rank_zero import log
+from torchplug.utilities.shutdown import is_signal_exit, on_kill, stopping
 
 __all__ = ["FAILURE_TIMEOUT_ENV", "SubprocessScriptLauncher"]
 
@@ -36,6 +38,8 @@ _NOTE_FD_ENV: Final = "TORCHPLUG_FAILURE_NOTE_FD"
 #: Seconds rank 0, having failed, waits for news of a child (a note or its exit) before stopping them all:
 #: a child killed outright is usually still exiting when rank 0's collective reports the lost connection.
 _CHILD_EXIT_GRACE: Final = 2.0
+#: Seconds rank 0, stopped by a signal, lets its children take to end by themselves (they stopped with it).
+_WIND_DOWN_S: Final = 60.0
 
 
 def script_command() -> list[str]:
@@ -83,6 +87,7 @@ class _Children:
             self._note_pipes[local_rank] = read
         threading.Thread(target=self._watch, name="torchplug-rank-monitor", daemon=True).start()
         atexit.register(self.join)
+        on_kill(self.kill_now)
 
     def _note(self, rank: int) -> str | None:
         """The error child ``rank`` reported before exiting, if it did."""
@@ -105,6 +110,8 @@ class _Children:
             if self.failure is None and not self.stopped:
                 for rank, proc in self.processes.items():
                     code = proc.poll()
+                    if stopping() and is_signal_exit(code):
+                        continue  # it stopped at the step every rank agreed on, after a signal
                     note = self._note(rank) if read_notes or code not in (None, 0) else None
                     if code in (None, 0) and note is None:
                         continue
@@ -152,6 +159,25 @@ class _Children:
         self.terminate()
         return self.failure
 
+    def kill_now(self) -> None:
+        """SIGKILL every child at once, taking no lock (a second signal calls it from its handler)."""
+        for proc in list(self.processes.values()):
+            try:
+                os.kill(proc.pid, signal.SIGKILL)
+            except OSError:  # exited already
+                pass
+
+    def wind_down(self, grace: float = _WIND_DOWN_S) -> None:
+        """After a stop by signal: wait up to ``grace`` seconds for the children to end by themselves, then stop them.
+
+        They stopped at the same step as this process and write nothing of their own, but they
+        leave the process group in step with it.
+        """
+        deadline = time.monotonic() + grace
+        while not self._all_exited() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        self.terminate()
+
     def terminate(self, signum: int = signal.SIGTERM) -> None:
         """Stop every child still running: ``signum`` first, SIGKILL after 5 seconds."""
         with self._lock:
@@ -176,7 +202,11 @@ class _Children:
         self._note_pipes.clear()
         if self.reported or (self.stopped and self.failure is None):
             return  # rank 0 raised the error itself (and its children were stopped on purpose)
-        failed = {r: p.returncode for r, p in self.processes.items() if p.returncode}
+        failed = {
+            r: p.returncode
+            for r, p in self.processes.items()
+            if p.returncode and not (stopping() and is_signal_exit(p.returncode))
+        }
         if failed and self.failure is None:
             self.failure = f"Local rank(s) {sorted(failed)} exited with code(s) {sorted(failed.values())}."
         if self.failure is not None:
@@ -252,13 +282,22 @@ class SubprocessScriptLauncher(Launcher):
             self._watch_parent_once()
         try:
             return function(*args, **kwargs)
-        except Exception as exc:
+        except Exception as error:
+            stall = explain_stall(error, env.global_rank(), env.world_size())  # a peer never reached a collective
+            exc = error if stall is None else stall
+            if stall is not None:
+                stall.__cause__ = error
             if env.creates_processes_externally:
                 _leave_note(exc)  # before the process group closes, so rank 0 learns why its peer left
             failure = _CHILDREN.stop_after_error()
             if failure is not None:
                 _CHILDREN.reported = True
                 raise ChildProcessError(failure) from exc
+            if stall is not None:
+                raise stall from error
+            raise
+        except TrainingInterrupted:  # every rank stopped at the same step after a signal: let them finish
+            _CHILDREN.wind_down()
             raise
         except BaseException:  # KeyboardInterrupt, SystemExit: stop the children at once
             _CHILDREN.terminate()

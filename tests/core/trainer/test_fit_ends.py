@@ -1,0 +1,65 @@
+"""``fit`` always ends: an epoch that takes no optimizer step never makes it loop forever."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import pytest
+import torch
+from torch.utils.data import DataLoader, IterableDataset
+
+import torchplug
+from tests.core.trainer.models import BlobData, Classifier, quiet
+
+
+class _Empty(IterableDataset[Any]):
+    def __iter__(self) -> Any:
+        return iter(())
+
+
+class SkipsEveryEpoch(Classifier):
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any:
+        return -1
+
+
+class NeverSteps(Classifier):
+    def __init__(self) -> None:
+        super().__init__()
+        self.automatic_optimization = False
+
+    def training_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("train_loss", torch.nn.functional.cross_entropy(self(x), y))
+
+
+@pytest.mark.parametrize(
+    ("model", "data", "max_epochs"),
+    [
+        (Classifier, DataLoader(_Empty(), batch_size=None), None),
+        (SkipsEveryEpoch, BlobData(), None),
+        (NeverSteps, BlobData(), None),
+        (NeverSteps, BlobData(), -1),
+    ],
+    ids=["empty-iterable-loader", "on_train_batch_start-returns--1", "manual-never-steps", "max_epochs=-1"],
+)
+def test_an_epoch_without_an_optimizer_step_ends_fit_with_a_warning(model: type, data: Any, max_epochs: Any) -> None:
+    trainer = torchplug.Trainer(**quiet(max_steps=100, max_epochs=max_epochs))
+    with pytest.warns(UserWarning, match=r"fit\(\) stopped after epoch 0: the epoch took no optimizer step"):
+        trainer.fit(model(), data)
+    assert trainer.global_step == 0
+    assert trainer.current_epoch == 1
+
+
+def test_with_max_epochs_the_epochs_still_run_to_their_limit() -> None:
+    trainer = torchplug.Trainer(**quiet(max_steps=100, max_epochs=3))
+    trainer.fit(NeverSteps(), datamodule=BlobData())
+    assert trainer.current_epoch == 3
+
+
+def test_no_training_batches_at_all_returns_at_once(caplog: pytest.LogCaptureFixture) -> None:
+    trainer = torchplug.Trainer(**quiet(max_steps=100, limit_train_batches=0))
+    with caplog.at_level(logging.INFO, logger="torchplug"):
+        trainer.fit(Classifier(), datamodule=BlobData())
+    assert "fit() stopped: no training batches (limit_train_batches=0 or an empty loader)." in caplog.text
+    assert trainer.global_step == 0
