@@ -30,7 +30,7 @@ FAILURES = {
         "broken",
         "PluginError: unknown hook 'torchplug_register_accelerator'. "
         "Did you mean 'torchplug_register_accelerators'? Known hooks: "
-        "torchplug_environment_report, torchplug_register_accelerators, ",
+        "torchplug_checkpoint_reader, torchplug_environment_report, torchplug_register_accelerators, ",
     ),
 }
 

@@ -100,12 +100,12 @@ def test_a_custom_finetuning_callback(make_trainer):
 
         def finetune_function(self, module, epoch, optimizer):
             if epoch == 2:
-                self.unfreeze_and_add_param_group(module.head, optimizer, lr=0.5)
+                self.unfreeze_and_add_param_group(module.head, optimizer, lr=0.05)
 
     seen, record = lrs_per_epoch()
     model = TransferModel()
     make_trainer(max_epochs=3, callbacks=[HeadLater(), record]).fit(model, regression_data())
-    assert seen == [[0.1], [0.1], [0.1, 0.5]]
+    assert seen == [[0.1], [0.1], [0.1, 0.05]]
 
 
 def test_the_helpers():

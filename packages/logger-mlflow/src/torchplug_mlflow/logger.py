@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import re
 import tempfile
@@ -284,14 +285,15 @@ class MLFlowLogger(Logger):
             if not fs.exists(local):  # an asynchronous write still in flight: uploaded on a later call
                 missing.append(path)
                 continue
-            info = fs.info(local)
-            identity = (path, (info.get("size"), info.get("mtime") or info.get("LastModified") or info.get("created")))
-            if identity in self._uploaded:
-                continue
             stem = os.path.splitext(os.path.basename(local))[0]
             with tempfile.TemporaryDirectory() as staging:
                 copy = os.path.join(staging, os.path.basename(local))
                 fs.get(local, copy)  # also a local file: MLflow then uploads a stable copy
+                # Known by content: two saves of last.ckpt within one tick of the file system's clock (a few
+                # ms) have the same size and mtime, and the second would go unlogged.
+                identity = (path, _digest(copy))
+                if identity in self._uploaded:
+                    continue
                 with open(os.path.join(staging, "metadata.yaml"), "w", encoding="utf-8") as out:
                     yaml.safe_dump(metadata, out, sort_keys=False)
                 self.experiment.log_artifacts(self.run_id, staging, f"checkpoints/{stem}")
@@ -359,3 +361,11 @@ def _checkpoints(callback: ModelCheckpoint) -> dict[str, dict[str, Any]]:
     add([callback.best_model_path], "best")
     add([callback.last_model_path], "last")
     return found
+
+
+def _digest(path: str) -> str:
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as file:
+        for chunk in iter(lambda: file.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()

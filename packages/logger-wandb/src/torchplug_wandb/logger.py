@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import uuid
 from collections.abc import Mapping
@@ -183,8 +184,11 @@ class WandbLogger(Logger):
             if not fs.exists(local):  # an asynchronous write still in flight: logged on a later call
                 missing.append(path)
                 continue
-            info = fs.info(local)
-            identity = (info.get("size"), info.get("mtime") or info.get("LastModified") or info.get("created"))
+            with fs.open(local, "rb") as source:
+                content = source.read()
+            # What was logged is known by its content: two saves of last.ckpt within one tick of the file
+            # system's clock (a few ms) have the same size and mtime, and the second would go unlogged.
+            identity = hashlib.blake2b(content, digest_size=16).hexdigest()
             if self._logged_checkpoints.get(path) == identity:
                 continue
             metadata = {"score": None if score != score else score, "original_filename": os.path.basename(local)}
@@ -192,8 +196,8 @@ class WandbLogger(Logger):
             artifact = wandb.Artifact(
                 name=self._checkpoint_name or f"model-{self._id}", type="model", metadata=metadata
             )
-            with fs.open(local, "rb") as source, artifact.new_file("model.ckpt", mode="wb") as target:
-                target.write(source.read())
+            with artifact.new_file("model.ckpt", mode="wb") as target:
+                target.write(content)
             aliases = ["latest", "best"] if path == callback.best_model_path else ["latest"]
             self.experiment.log_artifact(artifact, aliases=aliases)
             self._logged_checkpoints[path] = identity

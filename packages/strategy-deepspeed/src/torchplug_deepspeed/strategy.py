@@ -254,7 +254,7 @@ class DeepSpeedStrategy(DDPStrategy):
             precision=self.precision.precision,
             clip_val=getattr(trainer, "gradient_clip_val", None) if training else None,
             clip_algorithm=getattr(trainer, "gradient_clip_algorithm", "norm"),
-            micro_batch_size=self._micro_batch_size(trainer),
+            micro_batch_size=self._micro_batch_size(trainer, training),
             optimizer_on_cpu=self.root_device.type == "cpu" and self.zero_force_ds_cpu_optimizer is None,
         )
         if not training:  # evaluation: no optimizer, so nothing to partition but the stage-3 parameters
@@ -270,10 +270,16 @@ class DeepSpeedStrategy(DDPStrategy):
             config["zero_force_ds_cpu_optimizer"] = self.zero_force_ds_cpu_optimizer
         return config
 
-    def _micro_batch_size(self, trainer: Any) -> int:
+    def _micro_batch_size(self, trainer: Any, training: bool) -> int:
         if self.logging_batch_size_per_gpu != "auto":
             return int(self.logging_batch_size_per_gpu)
-        loader = getattr(trainer, "train_dataloader", None) if trainer is not None else None
+        if trainer is None:
+            return 1
+        if training and trainer.train_dataloader is None:
+            # The fit loop requests train_dataloader() only after the sanity check (Lightning's order); the
+            # engine is built before. Reading the step estimate requests it now, once (as Lightning does here).
+            trainer.estimated_stepping_batches  # noqa: B018
+        loader = trainer.train_dataloader
         size = getattr(loader, "batch_size", None)
         return size if isinstance(size, int) and size > 0 else 1
 
