@@ -24,7 +24,7 @@ import re
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, overload
+from typing import TYPE_CHECKING, Any, Final, Generic, Literal, Protocol, cast, overload
 
 from typing_extensions import TypeVar, override
 
@@ -732,7 +732,7 @@ def at_boundary(
                 results[i] = _result(outcome, _owner(entries[i]), timeout)
             except PluginError as exc:
                 results[i] = exc
-    return results  # type: ignore[return-value]  # every slot was filled above
+    return cast("list[_R | PluginError]", results)  # every slot was filled above
 
 
 def _availability_call(entry: RegistryEntry[Any]) -> Callable[[Ticket], str | None]:
@@ -791,7 +791,7 @@ def _result(outcome: Outcome[_R], owner: str, timeout: float) -> _R:
     if error is not None:
         what = outcome.phase.removeprefix("running ")
         raise BrokenPluginError(f"{owner}: {what} raised {type(error).__name__}: {error}") from error
-    return outcome.value  # type: ignore[return-value]  # None only when the call returned None
+    return cast("_R", outcome.value)  # None only when the call returned None
 
 
 def _split(name: str) -> tuple[str, str | None]:

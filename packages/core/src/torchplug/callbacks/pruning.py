@@ -234,7 +234,7 @@ class ModelPruning(Callback):
             source = original
             if self._resample_parameters and callable(getattr(original, "reset_parameters", None)):
                 source = copy.deepcopy(original)
-                source.reset_parameters()  # type: ignore[operator]
+                source.reset_parameters()  # type: ignore[operator]  # nn.Module.__getattr__ is typed Tensor | Module; checked callable above
             for index, name in names:
                 layer, _ = self._parameters_to_prune[index]
                 target = getattr(layer, f"{name}_orig", None)

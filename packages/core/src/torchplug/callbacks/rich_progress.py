@@ -348,7 +348,7 @@ def _columns() -> tuple[type[Any], type[Any], type[Any]]:
     from rich.progress import ProgressColumn
     from rich.text import Text
 
-    class Batches(ProgressColumn):  # type: ignore[misc]
+    class Batches(ProgressColumn):
         def __init__(self, style: str) -> None:
             super().__init__()
             self.style = style
@@ -357,7 +357,7 @@ def _columns() -> tuple[type[Any], type[Any], type[Any]]:
             total = "?" if task.total is None else str(int(task.total))
             return Text(f"{int(task.completed)}/{total}", style=self.style)
 
-    class Times(ProgressColumn):  # type: ignore[misc]
+    class Times(ProgressColumn):
         def __init__(self, style: str) -> None:
             super().__init__()
             self.style = style
@@ -369,7 +369,7 @@ def _columns() -> tuple[type[Any], type[Any], type[Any]]:
                 remaining = 0.0 if task.finished else (task.total - task.completed) * elapsed / task.completed
             return Text(f"{_clock(elapsed)} • {_clock(remaining)}", style=self.style)
 
-    class Speed(ProgressColumn):  # type: ignore[misc]
+    class Speed(ProgressColumn):
         def __init__(self, style: str) -> None:
             super().__init__()
             self.style = style

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 from torch.optim.swa_utils import SWALR
@@ -190,9 +190,9 @@ class StochasticWeightAveraging(Callback):
             group["initial_lr"] = lr
         self._swa_scheduler = SWALR(
             optimizer,
-            swa_lr=self._swa_lrs,  # type: ignore[arg-type]  # SWALR takes one rate per group too
+            swa_lr=cast(Any, self._swa_lrs),  # SWALR takes one rate per group too (its stubs say one float)
             anneal_epochs=self._annealing_epochs,
-            anneal_strategy=self._annealing_strategy,  # type: ignore[arg-type]  # checked in __init__
+            anneal_strategy=cast(Literal["cos", "linear"], self._annealing_strategy),  # checked in __init__
             last_epoch=self._max_epochs if self._annealing_strategy == "cos" else -1,
         )
         if self._scheduler_state is not None:

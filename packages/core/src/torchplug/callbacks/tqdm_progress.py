@@ -30,7 +30,7 @@ def _bar_class() -> type[Any]:
     """tqdm, imported on first use, with a postfix computed only when the bar is drawn."""
     from tqdm import tqdm
 
-    class _Bar(tqdm):  # type: ignore[misc]
+    class _Bar(tqdm):  # type: ignore[misc]  # tqdm has no type hints: its class is Any
         monitor_interval = 0  # no background monitor thread
 
         def __init__(self, *args: Any, postfix_fn: Callable[[], dict[str, Any]] | None = None, **kwargs: Any) -> None:
@@ -41,7 +41,7 @@ def _bar_class() -> type[Any]:
         def format_dict(self) -> dict[str, Any]:
             if self._postfix_fn is not None:
                 self.set_postfix(self._postfix_fn(), refresh=False)
-            return super().format_dict  # type: ignore[no-any-return]
+            return super().format_dict  # type: ignore[no-any-return]  # tqdm has no type hints
 
     return _Bar
 

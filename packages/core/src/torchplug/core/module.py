@@ -9,7 +9,7 @@ import os
 import sys
 import warnings
 from collections.abc import Callable, Generator, Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 
@@ -139,7 +139,7 @@ class Module(torch.nn.Module):
         """The Trainer running this module (an error outside ``fit``/``validate``/``test``/``predict``)."""
         if self._trainer is None and not self._jit_is_scripting:
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call trainer.fit(model) first.")
-        return self._trainer  # type: ignore[return-value]  # None only while TorchScript inspects the module
+        return cast("Trainer", self._trainer)  # None only while TorchScript inspects the module
 
     @property
     def device(self) -> torch.device:
@@ -248,7 +248,10 @@ class Module(torch.nn.Module):
         ``metrics`` may be a dict or a torchmetrics ``MetricCollection`` (each of its metrics is
         logged under its name in the collection).
         """
-        items = metrics.items(keep_base=False, copy_state=False) if _is_metric_collection(metrics) else metrics.items()  # type: ignore[call-arg]  # MetricCollection.items takes them
+        if _is_metric_collection(metrics):  # MetricCollection.items takes these arguments (a Mapping's does not)
+            items = cast(Any, metrics).items(keep_base=False, copy_state=False)
+        else:
+            items = metrics.items()
         for name, value in items:
             self.log(name, value, **kwargs)
 

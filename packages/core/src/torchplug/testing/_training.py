@@ -71,7 +71,8 @@ class ConformanceModel(torchplug.Module):
         self.record_dir: Path | None = None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.net(x)  # type: ignore[no-any-return]
+        out: torch.Tensor = self.net(x)
+        return out
 
     def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
         x, y = batch

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import os
-from typing import Any
+from typing import Any, cast
 
 from torchplug._errors import MisconfigurationError
 
@@ -70,7 +70,7 @@ def check_fast_dev_run(value: Any) -> int:
 def check_limit(name: str, value: Any) -> int | float | None:
     """``limit_*_batches``: None, an int count of batches, or a float fraction in [0.0, 1.0]."""
     if value is None or (_is_int(value) and value >= 0):
-        return value  # type: ignore[no-any-return]  # an int, narrowed by _is_int
+        return cast("int | None", value)  # an int, narrowed by _is_int
     if isinstance(value, float) and 0.0 <= value <= 1.0:
         return value
     if isinstance(value, float) and value > 1.0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import torch
 from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
@@ -142,7 +142,7 @@ class IndexBatchSampler:
             yield batch
 
     def __len__(self) -> int:
-        return len(self.batch_sampler)  # type: ignore[arg-type]  # a sized batch sampler, as DataLoader requires
+        return len(cast("Sized", self.batch_sampler))  # a sized batch sampler, as DataLoader requires
 
 
 def with_batch_indices(loader: Any) -> Any:

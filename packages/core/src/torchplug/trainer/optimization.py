@@ -112,6 +112,11 @@ class OptimizerStepper:
         )
         self._strategy = strategy
 
+    @property
+    def direct(self) -> bool:
+        """Whether ``step`` calls the optimizer itself (neither the strategy nor the precision steps it)."""
+        return self._direct
+
     def zero_grad(self, set_to_none: bool = True) -> None:
         """Reset the optimizer's gradients through the strategy (see ``Strategy.zero_grad``)."""
         self._strategy.zero_grad(self.optimizer, set_to_none=set_to_none)
@@ -196,6 +201,38 @@ def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchS
     wants_outputs = bool(hooks.batch_hooks("on_train_batch_end"))
     progress = loop.progress
     skipping = loop.loss_check if loop.loss_check.mode == "skip" else None  # nonfinite_loss="skip"
+
+    lean = (
+        accumulate == 1
+        and step_hook is None
+        and stepper.direct
+        and not calls_closure_itself(optimizer)
+        and skipping is None
+        and unscale is None
+        and clip is None
+        and not (before_zero_grad or before_backward or after_backward or before_step)
+    )
+    if lean:
+        # Nothing between the forward and the optimizer's step but zero_grad and backward: the same
+        # order as the closure below (forward, zero_grad, backward, step), without building closures.
+        def run_lean(batch: Any, batch_idx: int, should_step: bool) -> Any:
+            output = forward(batch, batch_idx)
+            loss = output if type(output) is _Tensor else _loss_of(output, world_size)
+            if zero_grad_hook is not None:
+                zero_grad_hook(progress.epoch, batch_idx, optimizer)
+            else:
+                zero_grad()
+            if loss is not None:
+                if backward is None:
+                    loss.backward()
+                else:
+                    backward(loss)
+            optimizer.step()
+            progress.global_step += 1
+            loop.raw_loss = loss
+            return _outputs(output, loss) if wants_outputs else None
+
+        return run_lean
 
     def run(batch: Any, batch_idx: int, should_step: bool) -> Any:
         result: list[Any] = [None, None]  # training_step's output, the (normalised) loss

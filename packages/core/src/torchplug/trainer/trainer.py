@@ -8,30 +8,21 @@ which use nothing else of the Trainer but its public API.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import os
-import sys
-from collections.abc import Callable, Generator, Iterable
+from collections.abc import Iterable
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
-from torchplug._errors import MisconfigurationError, TrainingInterrupted
+from torchplug._errors import MisconfigurationError
 from torchplug.callbacks.callback import Callback
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
 from torchplug.profilers.profiler import Profiler, build_profiler
 from torchplug.trainer import arguments as check
-from torchplug.trainer.callback_connector import add_feature_callbacks, attach_model_callbacks, build_callbacks
+from torchplug.trainer.callback_connector import add_feature_callbacks, build_callbacks
 from torchplug.trainer.checkpoint_connector import CheckpointConnector
-from torchplug.trainer.configuration import (
-    BAREBONES_RESULTS,
-    apply_benchmark,
-    apply_deterministic,
-    convert_sync_batchnorm,
-    verify_loop_configuration,
-)
 from torchplug.trainer.connector import (
     AcceleratorArg,
     DevicesArg,
@@ -43,18 +34,14 @@ from torchplug.trainer.connector import (
 from torchplug.trainer.data import DataConnector
 from torchplug.trainer.evaluation_loop import EvaluationLoop, PredictionLoop
 from torchplug.trainer.fit_loop import FitLoop
-from torchplug.trainer.hook_checks import announce_differences, verify_hooks
-from torchplug.trainer.hooks import HookRunner, is_overridden
+from torchplug.trainer.hooks import HookRunner
 from torchplug.trainer.logger_choice import LoggerArg, build_loggers
 from torchplug.trainer.logger_connector import LoggerConnector
-from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
+from torchplug.trainer.run import Runner
 from torchplug.trainer.signals import SignalStop
-from torchplug.trainer.states import ExitRun, RunningStage, TrainerFn, TrainerState, TrainerStatus
-from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
-from torchplug.utilities.shutdown import exit_code
-from torchplug.utilities.table import print_results
+from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState
 
 if TYPE_CHECKING:
     import torch
@@ -259,7 +246,7 @@ class Trainer(TrainerProperties):
         self.validate_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.VALIDATING)
         self.test_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.TESTING)
         self.predict_loop = PredictionLoop(self, self._hooks)
-        self._handled_exception: BaseException | None = None  # the failure whose on_exception hooks already ran
+        self._runner = Runner(self)
 
     # -- the four entry points ----------------------------------------------------------------------
 
@@ -283,8 +270,13 @@ class Trainer(TrainerProperties):
         """
         if isinstance(train_dataloaders, DataModule):
             datamodule, train_dataloaders = train_dataloaders, None
-        impl = functools.partial(self._fit_impl, train_dataloaders, val_dataloaders, ckpt_path)
-        self._run(TrainerFn.FITTING, model, datamodule, impl)
+        runner = self._runner
+        runner.run(
+            TrainerFn.FITTING,
+            model,
+            datamodule,
+            functools.partial(runner.fit, train_dataloaders, val_dataloaders, ckpt_path),
+        )
 
     def validate(
         self,
@@ -371,223 +363,6 @@ class Trainer(TrainerProperties):
         model = model if model is not None else self.module
         if model is None:
             raise MisconfigurationError(f"trainer.{fn.value}() needs a model: trainer.{fn.value}(model, ...).")
-        impl = functools.partial(self._evaluate_impl, fn, dataloaders, ckpt_path, keep, verbose)
-        return self._run(fn, model, datamodule or self.datamodule, impl)
-
-    def _run(self, fn: TrainerFn, model: Module, datamodule: DataModule | None, impl: Callable[[], Any]) -> Any:
-        model = _unwrap_compiled(model)
-        if not isinstance(model, Module):
-            raise MisconfigurationError(f"trainer.{fn.value}() needs a torchplug.Module, got {type(model).__name__}.")
-        if datamodule is not None and not isinstance(datamodule, DataModule):
-            raise MisconfigurationError(f"datamodule= must be a torchplug.DataModule, got {type(datamodule).__name__}.")
-        verify_loop_configuration(model, fn)
-        self.state.fn, self.state.status = fn, TrainerStatus.RUNNING
-        self.module, self.datamodule = model, datamodule
-        model._trainer = self
-        if datamodule is not None:
-            datamodule.trainer = self
-        self.callbacks = attach_model_callbacks(self.callbacks, model)
-        verify_hooks(
-            model,
-            self.callbacks,
-            self.strategy,
-            {"accumulate_grad_batches": self.accumulate_grad_batches, "gradient_clip_val": self.gradient_clip_val},
-            fitting=fn is TrainerFn.FITTING,
-        )
-        if fn is TrainerFn.FITTING:
-            announce_differences(model, self.callbacks, self.strategy)
-        self._hooks.reset()
-        self.should_stop = False
-        launcher = self.strategy.launcher
-        self._handled_exception = None
-        try:
-            if self.barebones:
-                rank_zero_info(
-                    "Trainer(barebones=True) started running: no progress bar, logs, checkpoints or summary."
-                )
-            result = launcher.launch(impl, trainer=self) if launcher is not None else impl()
-            self.state.status = TrainerStatus.INTERRUPTED if self.preempted else TrainerStatus.FINISHED
-        except BaseException as exc:
-            self.state.status = TrainerStatus.INTERRUPTED
-            handled = _caused_by(exc, self._handled_exception) or (
-                isinstance(exc, TrainingInterrupted) and exc.handled  # the launcher's workers ran the hooks
-            )
-            if not handled:  # a failure outside the run itself (the launcher's)
-                self._on_exception(exc)
-            if isinstance(exc, TrainingInterrupted):  # every process wound down: exit as the signal asked
-                raise SystemExit(exit_code(exc.signum)) from exc
-            raise
-        finally:
-            self.state.stage = None
-        signum, self._signals.signum = self._signals.signum, None
-        if signum is not None:  # the signal came after the last step: the run is complete, and now it exits
-            raise SystemExit(exit_code(signum))
-        return result
-
-    def _on_exception(self, exc: BaseException) -> None:
-        self._handled_exception = exc
-        for callback in self.callbacks:
-            try:
-                callback.on_exception(self, self.module, exc)
-            except Exception as hook_error:  # the run's own error matters more; the hook's is reported
-                rank_zero_warn(f"{type(callback).__name__}.on_exception raised {hook_error!r}")
-        if self.datamodule is not None:
-            try:
-                self.datamodule.on_exception(exc)
-            except Exception as hook_error:
-                rank_zero_warn(f"{type(self.datamodule).__name__}.on_exception raised {hook_error!r}")
-        self.strategy.on_exception(exc)
-        self._logging.finalize("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
-
-    def _setup(self, stage: str) -> None:
-        strategy = self.strategy
-        strategy.connect(self.module)
-        strategy.setup_environment()
-        rank_zero_only.rank = strategy.global_rank
-        if self.deterministic is not None:
-            apply_deterministic(self.deterministic, self.accelerator)
-        apply_benchmark(self.benchmark, self.deterministic, self.accelerator)
-        self.profiler.setup(stage, strategy.local_rank, self.log_dir)
-        self._hooks.profiler = self.profiler
-        results = self._logging.reset_results()
-        self.module._results = BAREBONES_RESULTS if self.barebones else results
-        self._hooks.reset()
-        self._data.prepare_data()
-        self._logging.agree_on_log_dir()
-        if self.datamodule is not None:
-            self.datamodule.setup(stage)
-        self._hooks.call("setup", stage)
-        configure = _configure_model_hook(self.module)
-        if configure is not None:
-            with strategy.tensor_init_context(), strategy.model_sharded_context():
-                configure()
-        if self.sync_batchnorm:
-            convert_sync_batchnorm(self.module)
-
-    def _teardown(self, stage: str) -> None:
-        try:
-            if self.datamodule is not None:
-                self.datamodule.teardown(stage)
-            self._hooks.call("teardown", stage)
-        finally:
-            self.strategy.checkpoint_io.flush()
-            self.strategy.teardown()
-            self.module._results = None
-            self.module._step_optimizers = []
-            self.module._manual_backward = None
-            self.profiler.describe()
-
-    def _fit_impl(self, train_dataloaders: Any, val_dataloaders: Any, ckpt_path: str | None) -> None:
-        self._setup("fit")
-        try:
-            self._data.setup_fit(train_dataloaders, val_dataloaders)
-            self.strategy.setup(functools.partial(configure_optimizers, self))
-            checkpoint = self._checkpoints.load_for_fit(ckpt_path)
-            if checkpoint is not None:
-                self._checkpoints.restore_model(checkpoint)
-            self._hooks.call("on_fit_start")
-            if self.enable_autolog_hparams:
-                self._logging.log_hyperparams()
-            if checkpoint is not None:
-                self._checkpoints.restore_training_state(checkpoint)
-            self._checkpoints.prepare_io()
-            self._preemption.start()
-            self._signals.start()  # after the environment's handlers (SLURM's SIGTERM), which it leaves alone
-            self.module.zero_grad()  # gradients left from before the run are not this run's
-            with _anomaly_detection(self.detect_anomaly):
-                self.fit_loop.sanity_check()
-                self.fit_loop.run()
-            self._hooks.call("on_fit_end")
-            self._logging.finalize("success")
-        except ExitRun:
-            pass  # a tuner finder ended the run on purpose: tear down and return, as after success
-        except TrainingInterrupted as stop:  # raised on every process at the same step: wind down together
-            self._on_exception(stop)  # the interruption checkpoint, the loggers flushed
-            stop.handled = True
-            raise
-        except BaseException as exc:
-            self._on_exception(exc)  # before teardown: the model, the strategy and its process group are still up
-            raise
-        finally:
-            try:
-                self._checkpoints.stop_preparing()
-                self._teardown("fit")  # flushes checkpoint writes before a held-back SIGTERM may be re-sent
-            finally:
-                self._signals.stop()
-                self._preemption.stop()
-
-    def _evaluate_impl(self, fn: TrainerFn, dataloaders: Any, ckpt_path: str | None, keep: bool, verbose: bool) -> Any:
-        self._setup(fn.value)
-        try:
-            loaders, limits = self._data.setup_evaluation(fn, dataloaders)
-            self.strategy.setup(None)
-            self._checkpoints.restore_for_evaluation(ckpt_path, fn.value)
-            self.module.zero_grad()
-            if fn is TrainerFn.PREDICTING:
-                predictions = self.predict_loop.run(loaders, limits, keep)
-                return (predictions[0] if len(predictions) == 1 else predictions) if keep else None
-            loop = self.validate_loop if fn is TrainerFn.VALIDATING else self.test_loop
-            results = loop.run(loaders, limits)
-            self._logging.save()
-            if verbose and self.is_global_zero:
-                print_results(results, fn.value)
-            return results
-        except BaseException as exc:
-            self._on_exception(exc)  # before teardown, as in fit
-            raise
-        finally:
-            self._teardown(fn.value)
-
-
-def _configure_model_hook(module: Module) -> Callable[[], None] | None:
-    """The module's ``configure_model``, or its older name ``configure_sharded_model`` (with a deprecation warning)."""
-    if is_overridden(module, "configure_model", Module):
-        return module.configure_model
-    if is_overridden(module, "configure_sharded_model", Module):
-        rank_zero_warn(
-            f"{type(module).__name__} overrides configure_sharded_model, the older name of configure_model; it runs "
-            "as configure_model. Hint: rename it to configure_model.",
-            category=DeprecationWarning,
-        )
-        return module.configure_sharded_model
-    return None
-
-
-def _unwrap_compiled(model: Any) -> Any:
-    """The Module inside ``torch.compile(module)``, its ``forward`` replaced by the compiled one.
-
-    torch._dynamo is imported only when it already was: a model can be compiled only after it.
-    """
-    dynamo = sys.modules.get("torch._dynamo")
-    if dynamo is None or not isinstance(model, dynamo.OptimizedModule):
-        return model
-    module = model._orig_mod
-    if not isinstance(module, Module):
-        return model  # refused by the caller, naming its type
-    if module.__dict__.get("_compiled_by") is not model:  # once per compiled wrapper: never compile twice
-        module.__dict__["_compiled_by"] = model
-        module.forward = model.dynamo_ctx(module.forward)  # the original forward, compiled as torch.compile would
-    return module
-
-
-@contextlib.contextmanager
-def _anomaly_detection(enabled: bool) -> Generator[None, None, None]:
-    if not enabled:
-        yield
-        return
-    import torch
-
-    with torch.autograd.detect_anomaly():
-        yield
-
-
-def _caused_by(exc: BaseException, handled: BaseException | None) -> bool:
-    """Whether ``exc`` is ``handled`` or was raised from it (a launcher re-raises a rank's failure in its words)."""
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        if current is handled:
-            return True
-        seen.add(id(current))
-        current = current.__cause__ or current.__context__
-    return False
+        runner = self._runner
+        impl = functools.partial(runner.evaluate, fn, dataloaders, ckpt_path, keep, verbose)
+        return runner.run(fn, model, datamodule or self.datamodule, impl)

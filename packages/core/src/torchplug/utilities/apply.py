@@ -52,6 +52,13 @@ def numbers_to_tensors(data: Any, device: torch.device) -> Any:
 
 def move_to_device(data: Any, device: torch.device) -> Any:
     """Move every tensor in ``data`` to ``device`` (a batch already there is returned as it is)."""
+    kind = type(data)
+    if kind is tuple or kind is list:  # the common batch, (inputs, targets): checked without a call per item
+        for item in data:
+            if type(item) is not torch.Tensor or item.device != device:
+                break
+        else:
+            return data
     if _all_on(data, device):
         return data  # the common case on one device: no rebuild of the batch
     return apply_to_tensors(data, lambda t: t.to(device))
