@@ -306,10 +306,12 @@ def test_estimated_stepping_batches_sizes_a_one_cycle_schedule():
     assert trainer.estimated_stepping_batches == 18 == trainer.global_step
 
 
-def test_trainer_properties_of_lightning():
+def test_trainer_properties_of_lightning(tmp_path):
     stopping = torchplug.callbacks.EarlyStopping("val_loss")
     checkpoints = [torchplug.callbacks.ModelCheckpoint(monitor="val_loss"), torchplug.callbacks.ModelCheckpoint()]
-    trainer = fit(callbacks=[stopping, *checkpoints], enable_checkpointing=None, num_sanity_val_steps=2)
+    trainer = fit(
+        callbacks=[stopping, *checkpoints], enable_checkpointing=None, num_sanity_val_steps=2, default_root_dir=tmp_path
+    )
     assert trainer.checkpoint_callbacks == checkpoints and trainer.checkpoint_callback is checkpoints[0]
     assert trainer.early_stopping_callbacks == [stopping] and trainer.early_stopping_callback is stopping
     assert trainer.precision == "32-true" and trainer.scaler is None and not trainer.interrupted
