@@ -90,6 +90,14 @@ def test_setup_device_refuses_another_device() -> None:
         HPUAccelerator().setup_device(torch.device("cpu"))
 
 
+def test_synchronize_runs_the_lazy_graph_and_waits_for_the_hpu() -> None:
+    from habana_frameworks.torch import _fake
+
+    steps, waits = _fake.mark_steps, _fake.synchronizations
+    HPUAccelerator().synchronize(torch.device("hpu"))  # what ThroughputMonitor asks before reading the clock
+    assert (_fake.mark_steps - steps, _fake.synchronizations - waits) == (1, 1)
+
+
 def test_device_stats_come_from_the_runtime_in_bytes() -> None:
     stats = HPUAccelerator().get_device_stats(torch.device("hpu"))
     gib = 1 << 30

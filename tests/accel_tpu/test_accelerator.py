@@ -197,6 +197,12 @@ def test_device_stats_of_older_torch_xla(fake_xla: ModuleType, monkeypatch: pyte
     }
 
 
+def test_synchronize_runs_the_lazy_graph_and_waits_for_the_device(fake_state: ModuleType) -> None:
+    syncs, waits = fake_state.syncs, fake_state.waits
+    XLAAccelerator().synchronize(torch.device("xla", 0))  # what ThroughputMonitor asks before reading the clock
+    assert (fake_state.syncs - syncs, fake_state.waits - waits) == (1, 1)
+
+
 def test_rng_state_round_trip(fake_state: ModuleType) -> None:
     accelerator = XLAAccelerator()
     state = accelerator.get_rng_state()

@@ -92,6 +92,11 @@ def device_count() -> int:
     return int(hpu().device_count())
 
 
+def synchronize() -> None:
+    """Wait for the work queued on the HPU (``habana_frameworks.torch.hpu.synchronize``)."""
+    hpu().synchronize()
+
+
 def mark_step() -> None:
     """Cut the lazy graph here and run it (``htcore.mark_step()``; a no-op in eager mode)."""
     import_habana("habana_frameworks.torch.core").mark_step()

@@ -127,6 +127,12 @@ class HPUAccelerator(Accelerator):
         """Nothing to release."""
 
     @override
+    def synchronize(self, device: torch.device) -> None:
+        """Run the recorded lazy graph and wait for the HPU, so that a timing includes the computation."""
+        _vendor.mark_step()
+        _vendor.synchronize()
+
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Memory of the HPU from ``habana_frameworks.torch.hpu.memory_stats``: bytes used, peak and limit, allocations.
 

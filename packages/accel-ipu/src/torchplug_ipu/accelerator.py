@@ -109,6 +109,10 @@ class IPUAccelerator(Accelerator):
     def teardown(self) -> None:
         """Nothing to release: the strategy detaches the IPUs."""
 
+    @override
+    def synchronize(self, device: torch.device) -> None:
+        """Nothing to wait for: a PopTorch model call returns once the IPUs have run it."""
+
     # -- decisions the core delegates ---------------------------------------------------------
 
     @override

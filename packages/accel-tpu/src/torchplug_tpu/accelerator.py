@@ -99,6 +99,16 @@ class XLAAccelerator(Accelerator):
         """Nothing to release."""
 
     @override
+    def synchronize(self, device: torch.device) -> None:
+        """Run the lazy graph recorded so far and wait for the device (``xm.wait_device_ops``).
+
+        XLA records operations and runs them later: without this, a timing (``ThroughputMonitor``)
+        would measure the recording, not the computation.
+        """
+        _vendor.sync()
+        _vendor.xla_model().wait_device_ops()
+
+    @override
     def get_device_stats(self, device: torch.device) -> dict[str, Any]:
         """Device memory in bytes, from ``xm.get_memory_info``: used, limit and (where reported) peak."""
         info = dict(_vendor.xla_model().get_memory_info(device))

@@ -17,6 +17,8 @@ started = False
 
 #: How many times the lazy graph was cut (``torch_xla.sync``/``xm.mark_step``).
 syncs = 0
+#: How many times ``xm.wait_device_ops`` ran.
+waits = 0
 
 #: Names of the fake functions called, in order (only those the tests look at).
 calls: list[str] = []

@@ -17,6 +17,8 @@ from torch.overrides import TorchFunctionMode
 
 #: How many times ``mark_step`` ran.
 mark_steps = 0
+#: How many times ``hpu.synchronize`` ran.
+synchronizations = 0
 
 #: How many forward passes ran inside ``fp8_autocast`` (through the fake engine's ``Linear``).
 fp8_forwards = 0

@@ -41,6 +41,10 @@ def mark_step(wait: bool = False, reset_scope: bool = True) -> None:
     _fake.syncs += 1
 
 
+def wait_device_ops(devices: Any = None) -> None:
+    _fake.waits += 1
+
+
 def all_reduce(reduce_type: str, inputs: Any, scale: float = 1.0, groups: Any = None, pin_layout: bool = True) -> Any:
     _fake.record(f"all_reduce:{reduce_type}")
     if xrt_world_size() == 1:
