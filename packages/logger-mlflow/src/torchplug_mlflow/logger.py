@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from typing_extensions import Self, override
 
 from torchplug import MisconfigurationError
-from torchplug.loggers import Logger
+from torchplug.loggers.logger import Logger, flatten_params, metric_value
 from torchplug.utilities.rank_zero import rank_zero_warn
 from torchplug_mlflow._vendor import import_mlflow
 
@@ -215,7 +215,7 @@ class MLFlowLogger(Logger):
         to log one twice); a changed value raises MLflow's error, which names it.
         """
         entities = import_mlflow("mlflow.entities")
-        flat = {key: self._param_value(key, value) for key, value in _flatten(params).items()}
+        flat = {key: self._param_value(key, value) for key, value in flatten_params(params).items()}
         client, run_id = self.experiment, self.run_id
         logged = client.get_run(run_id).data.params
         pending = [entities.Param(k, v) for k, v in flat.items() if logged.get(k) != v]
@@ -246,7 +246,7 @@ class MLFlowLogger(Logger):
             if isinstance(value, str):
                 rank_zero_warn(f"MLFlowLogger: metric {key!r} is text ({value!r}); MLflow keeps numbers: not logged.")
                 continue
-            batch.append(entities.Metric(self._key(key), _number(value), now, step))
+            batch.append(entities.Metric(self._key(key), metric_value(value), now, step))
         client, run_id = self.experiment, self.run_id
         for start in range(0, len(batch), METRICS_PER_BATCH):
             client.log_batch(run_id, metrics=batch[start : start + METRICS_PER_BATCH], **self._batch_kwargs())
@@ -325,21 +325,6 @@ class MLFlowLogger(Logger):
     @override
     def __repr__(self) -> str:
         return f"MLFlowLogger(experiment_name={self._experiment_name!r}, tracking_uri={self._tracking_uri!r})"
-
-
-def _flatten(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{parent}/{key}" if parent else str(key)
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, name))
-        else:
-            flat[name] = value
-    return flat
-
-
-def _number(value: Any) -> float:
-    return float(value.item()) if hasattr(value, "item") else float(value)
 
 
 def _checkpoints(callback: ModelCheckpoint) -> dict[str, dict[str, Any]]:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal
 from typing_extensions import override
 
 from torchplug import MisconfigurationError
-from torchplug.loggers import Logger
+from torchplug.loggers.logger import Logger, metric_value
 from torchplug.utilities.rank_zero import rank_zero_warn
 from torchplug_wandb._vendor import import_wandb, require
 
@@ -154,7 +154,7 @@ class WandbLogger(Logger):
     @override
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Log one row: each metric, plus ``trainer/global_step`` = ``step`` as the row's x axis."""
-        row: dict[str, Any] = {self._key(k): v if isinstance(v, str) else _number(v) for k, v in metrics.items()}
+        row: dict[str, Any] = {self._key(k): v if isinstance(v, str) else metric_value(v) for k, v in metrics.items()}
         row[STEP_METRIC] = step
         self.experiment.log(row)
 
@@ -231,10 +231,6 @@ class WandbLogger(Logger):
     @override
     def __repr__(self) -> str:
         return f"WandbLogger(project={self._project!r}, id={self._id!r}, save_dir={self._save_dir!r})"
-
-
-def _number(value: Any) -> float:
-    return float(value.item()) if hasattr(value, "item") else float(value)
 
 
 def _plain(value: Any) -> Any:

@@ -12,7 +12,7 @@ from typing_extensions import Self
 if TYPE_CHECKING:
     from torchplug.callbacks.model_checkpoint import ModelCheckpoint
 
-__all__ = ["Logger"]
+__all__ = ["Logger", "flatten_params", "metric_value"]
 
 
 class Logger(ABC):
@@ -80,3 +80,23 @@ class Logger(ABC):
     def finalize(self, status: str) -> None:
         """Called once at the end of a run (``status``: ``"success"``, ``"failed"`` or ``"interrupted"``)."""
         self.save()
+
+
+def flatten_params(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
+    """Nested hyperparameters as one level, keys joined by ``/`` (``{"opt": {"lr": 1}}`` → ``{"opt/lr": 1}``).
+
+    For loggers whose tracker takes flat parameters (TensorBoard's hparams, MLflow's params).
+    """
+    flat: dict[str, Any] = {}
+    for key, value in params.items():
+        name = f"{parent}/{key}" if parent else str(key)
+        if isinstance(value, Mapping):
+            flat.update(flatten_params(value, name))
+        else:
+            flat[name] = value
+    return flat
+
+
+def metric_value(value: Any) -> float:
+    """A logged metric as a Python float: a one-element tensor through ``.item()``, a number as it is."""
+    return float(value.item()) if hasattr(value, "item") else float(value)

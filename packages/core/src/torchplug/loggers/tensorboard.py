@@ -11,7 +11,7 @@ from typing_extensions import override
 
 from torchplug.loggers._availability import tensorboard_available
 from torchplug.loggers._versions import next_version, version_folder, write_hparams
-from torchplug.loggers.logger import Logger
+from torchplug.loggers.logger import Logger, flatten_params, metric_value
 
 __all__ = ["TensorBoardLogger"]
 
@@ -140,9 +140,9 @@ class TensorBoardLogger(Logger):
         for key, value in metrics.items():
             tag = f"{self._prefix}-{key}" if self._prefix else key
             if isinstance(value, Mapping):
-                writer.add_scalars(tag, {k: _scalar(v) for k, v in value.items()}, step)
+                writer.add_scalars(tag, {k: metric_value(v) for k, v in value.items()}, step)
             else:
-                writer.add_scalar(tag, _scalar(value), step)
+                writer.add_scalar(tag, metric_value(value), step)
 
     @override
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
@@ -155,7 +155,7 @@ class TensorBoardLogger(Logger):
         """
         from torch.utils.tensorboard.summary import hparams
 
-        flat = {key: _hparam_value(value) for key, value in _flatten(params).items()}
+        flat = {key: _hparam_value(value) for key, value in flatten_params(params).items()}
         self.hparams.update(params)
         if metrics is None and self._default_hp_metric:
             metrics = {"hp_metric": -1}
@@ -190,21 +190,6 @@ class TensorBoardLogger(Logger):
     @override
     def __repr__(self) -> str:
         return f"TensorBoardLogger(save_dir={self._save_dir!r}, name={self._name!r}, version={self._version!r})"
-
-
-def _scalar(value: Any) -> float:
-    return float(value.item()) if hasattr(value, "item") else float(value)
-
-
-def _flatten(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{parent}/{key}" if parent else str(key)
-        if isinstance(value, Mapping):
-            flat.update(_flatten(value, name))
-        else:
-            flat[name] = value
-    return flat
 
 
 def _hparam_value(value: Any) -> Any:
