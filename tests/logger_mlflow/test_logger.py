@@ -11,7 +11,8 @@ pytest.importorskip("mlflow", reason="mlflow is not installed (pip install -c co
 
 from mlflow import MlflowClient
 
-from tests.logger_mlflow.conftest import Regressor, history, loader, trainer
+from tests.logger_mlflow.conftest import Regressor, history
+from tests.logger_support import loader, trainer
 from torchplug import MisconfigurationError
 from torchplug.callbacks import ModelCheckpoint
 from torchplug_mlflow import MLFlowLogger

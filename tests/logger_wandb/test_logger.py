@@ -11,7 +11,8 @@ import torch
 
 pytest.importorskip("wandb", reason="wandb is not installed (pip install -c constraints.txt wandb)")
 
-from tests.logger_wandb.conftest import Regressor, loader, read_run, run_files, trainer
+from tests.logger_support import loader, trainer
+from tests.logger_wandb.conftest import Regressor, read_run, run_files
 from torchplug import MisconfigurationError
 from torchplug.callbacks import ModelCheckpoint
 from torchplug_wandb import WandbLogger
