@@ -27,7 +27,10 @@ What is measured:
       instance never prepared, is reported beside it without a target;
     * snapshot strategies alone (no write): a fresh ``clone()`` of every tensor (what Lightning's
       AsyncCheckpointIO does on every save) against a copy into reused buffers, each with one
-      intra-op thread and with torch's default, to show what makes the snapshot cheap.
+      intra-op thread and with torch's default, and the copy into reused buffers by
+      AsyncCheckpointIO's copy threads (one per CPU that torch's intra-op threads leave free), to
+      show what makes the snapshot cheap. Run with ``OMP_NUM_THREADS=1`` to measure the setting of
+      data-parallel training (one intra-op thread per process).
 
     Ratios are the median over rounds of the per-round ratio (both operations measured in the same
     round), which is steadier than a ratio of medians on a shared host. Targets: TorchCheckpointIO
@@ -65,6 +68,7 @@ from typing import Any, Final
 import torch
 
 from torchplug.io import AsyncCheckpointIO, TorchCheckpointIO
+from torchplug.io._snapshot import CopyPool, default_copy_threads
 
 #: reference-figures.md section 3 (Lightning 2.6.6, medians of 5, seconds).
 LIGHTNING: Final = {
@@ -188,9 +192,15 @@ def snapshot_ops(state_dict: dict[str, torch.Tensor]) -> dict[str, Op]:
     def fresh_clone() -> None:
         [t.detach().clone() for t in tensors]
 
+    copier = CopyPool(default_copy_threads())
+    pairs = [(buffer.view(-1), tensor.view(-1)) for buffer, tensor in zip(reused, tensors)]
+
     ops = {
         "snapshot: fresh clone, 1 thread": with_threads(1, fresh_clone),
         "snapshot: reused buffers, 1 thread": with_threads(1, copy_into_reused),
+        f"snapshot: reused buffers, AsyncCheckpointIO's {copier.threads} copy threads": lambda: timed(
+            lambda: copier.copy(pairs)
+        ),
     }
     if default_threads > 1:
         ops[f"snapshot: fresh clone, {default_threads} threads"] = with_threads(default_threads, fresh_clone)

@@ -452,6 +452,9 @@ def test_misuse_is_refused_with_a_hint() -> None:
         AsyncCheckpointIO("torch")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="max_pending=0 is not a positive integer"):
         AsyncCheckpointIO(max_pending=0)
+    for bad in (0, -2, 1.5, True, "4"):
+        with pytest.raises(ValueError, match=rf"copy_threads={bad!r} is not a positive integer.*Hint"):
+            AsyncCheckpointIO(copy_threads=bad)  # type: ignore[arg-type]
 
 
 def test_the_trainer_puts_its_default_io_inside() -> None:
@@ -480,7 +483,7 @@ def test_without_generic_events_the_snapshot_waits_through_torch_accelerator(mon
 
 
 def test_prepare_allocates_the_staging_buffers_the_first_save_then_uses(tmp_path: Path, io_: Any) -> None:
-    from torchplug.io._snapshot import Slot, storages_of
+    from torchplug.io._snapshot import CopyPool, Slot, storages_of
 
     model, optimizer = training_state()
     checkpoint = trainer_checkpoint(model, optimizer, step=1)
@@ -489,7 +492,7 @@ def test_prepare_allocates_the_staging_buffers_the_first_save_then_uses(tmp_path
     slot.reserve(sources)
     reserved = {buffer.data_ptr() for bucket in slot.pool.values() for buffer in bucket}
     assert len(reserved) == len(sources)  # one paged-in buffer per storage, nothing copied yet
-    staged = slot.stage(sources)
+    staged = slot.stage(sources, CopyPool(1))
     assert {buffer.data_ptr() for buffer in staged.values()} == reserved  # the first save copies into them
 
     io = make(io_, TorchCheckpointIO())
@@ -510,3 +513,103 @@ def test_prepare_never_waits_for_a_slot_in_use(tmp_path: Path, io_: Any) -> None
     gated.gate.set()
     io.flush()
     assert gated.written == ["a.ckpt"]
+
+
+# -- the copy on several threads -------------------------------------------------------------
+
+
+def big_checkpoint() -> dict[str, Any]:
+    """Past the 8 MB under which the caller copies alone: large tensors, tied weights, views, small leaves."""
+    torch.manual_seed(0)
+    shared = torch.nn.Parameter(torch.randn(1000, 1000))  # 4 MB, saved twice
+    base = torch.randn(3_000_000)  # 12 MB, saved through three views
+    return {
+        "state_dict": {"encoder.weight": shared, "decoder.weight": shared.detach(), "big": torch.randn(2_500_001)},
+        "views": [base[7:1_000_007], base.view(3000, 1000).t(), base],
+        "small": [torch.arange(5), torch.tensor(2.5), torch.ones(3, dtype=torch.bfloat16)],
+        "step": 7,
+    }
+
+
+@pytest.mark.parametrize("threads", [2, 3, 5])
+def test_a_snapshot_copied_by_several_threads_is_the_synchronous_file(tmp_path: Path, io_: Any, threads: int) -> None:
+    checkpoint = big_checkpoint()
+    TorchCheckpointIO().save_checkpoint(checkpoint, str(tmp_path / "sync.ckpt"))
+    gated = GatedIO()
+    io = make(io_, gated, copy_threads=threads)
+    io.save_checkpoint(checkpoint, str(tmp_path / "async.ckpt"))
+    copiers = [t for t in threading.enumerate() if t.name.startswith("torchplug-checkpoint-copy")]
+    assert 1 <= len(copiers) <= threads - 1  # the caller copied a share itself
+    with torch.no_grad():  # training goes on before the write: the snapshot must not see it
+        for tensor in (
+            checkpoint["state_dict"]["encoder.weight"],
+            checkpoint["state_dict"]["big"],
+            checkpoint["views"][2],
+        ):
+            tensor.add_(1.0)
+    gated.gate.set()
+    io.flush()
+    with torch.no_grad():
+        for tensor in (
+            checkpoint["state_dict"]["encoder.weight"],
+            checkpoint["state_dict"]["big"],
+            checkpoint["views"][2],
+        ):
+            tensor.sub_(1.0)
+    assert zip_records(tmp_path / "async.ckpt") == zip_records(tmp_path / "sync.ckpt")
+    io.teardown()
+    assert not [t for t in threading.enumerate() if t.name.startswith("torchplug-checkpoint-copy")]
+    assert "copy_threads=" + str(threads) in repr(io)
+
+
+def test_the_shares_of_a_parallel_copy_cover_every_byte_once() -> None:
+    from torchplug.io._snapshot import _split
+
+    sizes = [5, 1, 17, 3, 40, 2]
+    sources = [torch.arange(n, dtype=torch.uint8) for n in sizes]
+    pairs = [(torch.empty_like(s), s) for s in sources]
+    for parts in (1, 2, 3, 4, 7, 68, 100):
+        shares = _split(pairs, sum(sizes), parts)
+        assert len(shares) <= parts
+        share = -(-sum(sizes) // parts)
+        assert all(sum(source.numel() for _, source in items) <= share for items in shares)
+        covered = [0] * len(sizes)
+        for items in shares:
+            for buffer, source in items:
+                index = next(
+                    i
+                    for i, s in enumerate(sources)
+                    if s.untyped_storage().data_ptr() == source.untyped_storage().data_ptr()
+                )
+                assert buffer.untyped_storage().data_ptr() == pairs[index][0].untyped_storage().data_ptr()
+                assert buffer.storage_offset() == source.storage_offset() and buffer.numel() == source.numel()
+                covered[index] += source.numel()
+        assert covered == sizes
+
+
+def test_a_copy_that_fails_on_another_thread_is_raised_once_every_thread_is_done() -> None:
+    from torchplug.io._snapshot import CopyPool
+
+    pool = CopyPool(3)
+    good = torch.zeros(8 << 20, dtype=torch.uint8)
+    refused = torch.zeros(1000, requires_grad=True)  # an in-place copy into it raises, on the last share's thread
+    try:
+        with pytest.raises(RuntimeError, match="in-place"):
+            pool.copy([(torch.empty_like(good), good), (refused, torch.ones(1000))])
+    finally:
+        pool.close()
+    assert not [t for t in threading.enumerate() if t.name.startswith("torchplug-checkpoint-copy")]
+
+
+def test_by_default_one_copy_thread_per_cpu_that_torch_leaves_free(monkeypatch: pytest.MonkeyPatch) -> None:
+    import os
+
+    from torchplug.io._snapshot import default_copy_threads
+
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(4)), raising=False)
+    for torch_threads, expected in ((1, 4), (2, 2), (3, 1), (4, 1), (8, 1)):
+        monkeypatch.setattr(torch, "get_num_threads", lambda n=torch_threads: n)
+        assert default_copy_threads() == expected
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(64)), raising=False)
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 1)
+    assert default_copy_threads() == 8  # past a few threads the memory bandwidth is spent anyway

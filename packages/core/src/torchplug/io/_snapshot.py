@@ -10,12 +10,14 @@ from __future__ import annotations
 import copy
 import functools
 import logging
+import os
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 import torch
 
-__all__ = ["Slot", "StorageKey", "storages_of", "take_snapshot"]
+__all__ = ["CopyPool", "Slot", "StorageKey", "default_copy_threads", "storages_of", "take_snapshot"]
 
 log = logging.getLogger(__name__)
 
@@ -25,6 +27,94 @@ _ATOMIC: Final = frozenset({int, float, complex, bool, str, bytes, type(None), t
 
 StorageKey = tuple[torch.device, int]  # (device, data pointer) of one storage
 BufferPool = dict[tuple[torch.device, int], list[torch.Tensor]]  # (source device, bytes) -> staging buffers
+CopyPair = tuple[torch.Tensor, torch.Tensor]  # (staging buffer, source): byte views of the same size
+
+#: Below this many bytes of host-to-host copies a snapshot copies on the caller's thread alone: handing
+#: work to other threads costs tens of microseconds, which only pays off for copies of milliseconds.
+PARALLEL_COPY_MIN_BYTES: Final = 8 << 20
+#: Most threads a snapshot's copy uses by default (past a few, memory bandwidth is spent anyway).
+MAX_DEFAULT_COPY_THREADS: Final = 8
+
+
+def default_copy_threads() -> int:
+    """Threads for a snapshot's host copies: the CPUs this process may use, over torch's intra-op threads.
+
+    One copy thread per CPU that torch's own intra-op parallelism leaves unused: with
+    ``torch.set_num_threads(1)`` (the usual setting of data-parallel processes and of the
+    benchmarks) on 4 CPUs, 4 threads copy; when torch already uses every CPU, its own parallel
+    ``copy_`` does the work alone (1). At most :data:`MAX_DEFAULT_COPY_THREADS`.
+    """
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return max(1, min(MAX_DEFAULT_COPY_THREADS, cpus // max(1, torch.get_num_threads())))
+
+
+class CopyPool:
+    """Copies a snapshot's host tensors into their staging buffers on several threads at once.
+
+    The caller's thread copies one share itself and waits for the others, so a snapshot is
+    complete when :meth:`copy` returns, exactly as with one thread; only the time the caller
+    waits changes (one thread copies at about the memory bandwidth of one core). torch releases
+    the GIL inside ``copy_``, so the threads run in parallel.
+
+    Args:
+        threads: How many threads copy, the caller's included (1: the caller copies alone).
+    """
+
+    __slots__ = ("_executor", "threads")
+
+    def __init__(self, threads: int) -> None:
+        self.threads = threads
+        self._executor: ThreadPoolExecutor | None = None
+
+    def copy(self, pairs: list[CopyPair]) -> None:
+        """Copy each source into its buffer (byte views of equal size); returns when every copy is done."""
+        total = sum(source.numel() for _, source in pairs)
+        if self.threads <= 1 or total < PARALLEL_COPY_MIN_BYTES:
+            _copy_each(pairs)
+            return
+        shares = _split(pairs, total, self.threads)
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(self.threads - 1, thread_name_prefix="torchplug-checkpoint-copy")
+        futures = [self._executor.submit(_copy_each, share) for share in shares[1:]]
+        try:
+            _copy_each(shares[0])
+        finally:  # never return (or raise) while another thread still writes into the buffers
+            wait(futures)
+        for future in futures:
+            future.result()  # re-raises a copy's error
+
+    def close(self) -> None:
+        """Stop the copy threads (a later :meth:`copy` starts new ones)."""
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=True)
+
+    def forget(self) -> None:
+        """Drop the threads without joining them (in a forked child, where they do not exist)."""
+        self._executor = None
+
+
+def _copy_each(pairs: list[CopyPair]) -> None:
+    for buffer, source in pairs:
+        buffer.copy_(source)
+
+
+def _split(pairs: list[CopyPair], total: int, parts: int) -> list[list[CopyPair]]:
+    """``parts`` lists of pairs with about ``total / parts`` bytes each (large tensors cut into slices)."""
+    share = -(-total // parts)
+    shares: list[list[CopyPair]] = [[]]
+    room = share
+    for buffer, source in pairs:
+        offset, size = 0, source.numel()
+        while offset < size:
+            if room == 0:
+                shares.append([])
+                room = share
+            take = min(room, size - offset)
+            shares[-1].append((buffer[offset : offset + take], source[offset : offset + take]))
+            offset += take
+            room -= take
+    return shares
 
 
 class Slot:
@@ -35,8 +125,12 @@ class Slot:
     def __init__(self) -> None:
         self.pool: BufferPool = {}
 
-    def stage(self, sources: dict[StorageKey, torch.Tensor]) -> dict[StorageKey, torch.Tensor]:
-        """Copy each source (a byte view of one storage) into a host buffer of the same size."""
+    def stage(self, sources: dict[StorageKey, torch.Tensor], copier: CopyPool) -> dict[StorageKey, torch.Tensor]:
+        """Copy each source (a byte view of one storage) into a host buffer of the same size.
+
+        Host sources are copied by ``copier`` (on several threads); sources on an accelerator are
+        queued on the caller's stream, so they stay on the caller's thread.
+        """
         old, self.pool = self.pool, {}
         staged: dict[StorageKey, torch.Tensor] = {}
         for key, source in sources.items():
@@ -44,13 +138,17 @@ class Slot:
             if bucket:
                 staged[key] = bucket.pop()
         old.clear()  # buffers the new checkpoint does not need go before new ones are allocated
+        host: list[CopyPair] = []
         for key, source in sources.items():
             buffer = staged.get(key)
             if buffer is None:
                 buffer = staged[key] = _staging_buffer(source)
-            # on the CPU: parallel over torch's intra-op threads; from an accelerator: queued on its stream
-            buffer.copy_(source, non_blocking=not source.is_cpu)
+            if source.is_cpu:
+                host.append((buffer, source))
+            else:  # from an accelerator: queued on the caller's stream, waited for by the writer
+                buffer.copy_(source, non_blocking=True)
             self.pool.setdefault((source.device, source.numel()), []).append(buffer)
+        copier.copy(host)
         return staged
 
     def reserve(self, sources: dict[StorageKey, torch.Tensor]) -> None:
@@ -82,12 +180,12 @@ def _staging_buffer(source: torch.Tensor) -> torch.Tensor:
         return torch.empty(source.numel(), dtype=torch.uint8)
 
 
-def take_snapshot(checkpoint: dict[str, Any], slot: Slot) -> tuple[dict[str, Any], list[torch.Event]]:
+def take_snapshot(checkpoint: dict[str, Any], slot: Slot, copier: CopyPool) -> tuple[dict[str, Any], list[torch.Event]]:
     """Copy ``checkpoint``: containers rebuilt, tensors staged in ``slot``, other mutable leaves deep-copied."""
     with torch.no_grad():
         sources: dict[StorageKey, torch.Tensor] = {}
         _collect_storages(checkpoint, sources, set())
-        rebuild = _Rebuild(slot.stage(sources))
+        rebuild = _Rebuild(slot.stage(sources, copier))
         snapshot = rebuild(checkpoint)
     # Copies from (and clones on) an accelerator are queued on the caller's stream: the writer waits for them.
     devices = {source.device for source in sources.values()} | rebuild.devices

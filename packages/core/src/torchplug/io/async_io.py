@@ -9,8 +9,9 @@ How a save goes:
    only time the training loop is blocked. The buffers of the previous save are reused when the
    checkpoint has the same tensors (same storages' sizes and devices), so after the first save
    no fresh memory is touched: page faults of fresh allocations cost more than the copy itself.
-   Each storage is copied once, whole, with torch's parallel ``copy_``, so tied weights and views
-   stay shared and the file is byte for byte what a synchronous ``torch.save`` would write.
+   Each storage is copied once, whole, so tied weights and views stay shared and the file is byte
+   for byte what a synchronous ``torch.save`` would write. Host memory is copied by several threads
+   at once (``copy_threads``): one thread copies at about one core's memory bandwidth.
    Storages on an accelerator go to reused pinned host buffers, by copies queued on the caller's
    stream without waiting for them (the writer thread waits): the snapshot costs no accelerator
    memory, and those tensors are written as CPU tensors (``Strategy.load_checkpoint`` loads to
@@ -38,7 +39,7 @@ from fsspec.core import url_to_fs
 from typing_extensions import override
 
 from torchplug._errors import TorchplugError
-from torchplug.io._snapshot import Slot, StorageKey, storages_of, take_snapshot
+from torchplug.io._snapshot import CopyPool, Slot, StorageKey, default_copy_threads, storages_of, take_snapshot
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 
@@ -87,15 +88,30 @@ class AsyncCheckpointIO(CheckpointIO):
             tensors in host memory, kept between saves for reuse until :meth:`teardown`). With 1, a
             save made while the previous one is still being written waits for it; with 2, it is
             queued, and so on.
+        copy_threads: How many threads copy host tensors into the staging buffers while the caller
+            waits (the caller's thread included). ``None`` (the default): one per CPU this process
+            may use, divided by torch's intra-op threads (``torch.set_num_threads``), at most 8: with
+            one intra-op thread on 4 CPUs, 4 threads copy. 1 copies on the caller's thread alone.
+            Snapshots under 8 MB are always copied by the caller alone.
     """
 
-    def __init__(self, checkpoint_io: CheckpointIO | None = None, *, max_pending: int = 1) -> None:
+    def __init__(
+        self, checkpoint_io: CheckpointIO | None = None, *, max_pending: int = 1, copy_threads: int | None = None
+    ) -> None:
         if isinstance(max_pending, bool) or not isinstance(max_pending, int) or max_pending < 1:
             raise ValueError(f"max_pending={max_pending!r} is not a positive integer. Hint: use 1 (the default) or 2.")
+        if copy_threads is not None and (
+            isinstance(copy_threads, bool) or not isinstance(copy_threads, int) or copy_threads < 1
+        ):
+            raise ValueError(
+                f"copy_threads={copy_threads!r} is not a positive integer. Hint: use None (one per free CPU), or 1 "
+                "to copy on the caller's thread alone."
+            )
         self._checkpoint_io: CheckpointIO | None = None
         self._default_io: CheckpointIO | None = None
         self.checkpoint_io = checkpoint_io
         self.max_pending = max_pending
+        self.copy_threads = copy_threads
         self._writer = _Writer(max_pending)
         _WRITERS.add(self._writer)
         weakref.finalize(self, self._writer.stop, False).atexit = False  # dropped without teardown
@@ -137,7 +153,7 @@ class AsyncCheckpointIO(CheckpointIO):
         slot = self._writer.acquire_slot()
         try:
             self._raise_failures()  # the write we waited for may have failed
-            snapshot, events = take_snapshot(checkpoint, slot)
+            snapshot, events = take_snapshot(checkpoint, slot, self._writer.copier(self.copy_threads))
         except BaseException:
             self._writer.release_slot(slot)
             raise
@@ -221,7 +237,8 @@ class AsyncCheckpointIO(CheckpointIO):
 
     @override
     def __repr__(self) -> str:
-        return f"AsyncCheckpointIO(checkpoint_io={self._checkpoint_io!r}, max_pending={self.max_pending})"
+        threads = "" if self.copy_threads is None else f", copy_threads={self.copy_threads}"
+        return f"AsyncCheckpointIO(checkpoint_io={self._checkpoint_io!r}, max_pending={self.max_pending}{threads})"
 
 
 # -- the background writer ----------------------------------------------------------------
@@ -247,10 +264,23 @@ class _Writer:
 
     def __init__(self, max_pending: int) -> None:
         self.max_pending = max_pending
+        self.copy_pool: CopyPool | None = None
         self.reset()
 
+    def copier(self, threads: int | None) -> CopyPool:
+        """The pool that copies snapshots with ``threads`` threads (None: :func:`default_copy_threads`, now)."""
+        wanted = default_copy_threads() if threads is None else threads
+        pool = self.copy_pool
+        if pool is None or pool.threads != wanted:
+            if pool is not None:
+                pool.close()
+            pool = self.copy_pool = CopyPool(wanted)
+        return pool
+
     def reset(self) -> None:
-        """Forget everything (also used in a forked child, where the thread does not exist)."""
+        """Forget everything (also used in a forked child, where the threads do not exist)."""
+        if self.copy_pool is not None:
+            self.copy_pool.forget()
         self.cond = threading.Condition()
         self.queue: deque[_Job] = deque()  # waiting for the thread
         self.pending: list[_Job] = []  # queued or being written, oldest first
@@ -333,6 +363,8 @@ class _Writer:
         with self.cond:
             thread, self.stopping = self.thread, True
             self.cond.notify_all()
+        if self.copy_pool is not None:
+            self.copy_pool.close()
         if wait and thread is not None and thread is not threading.current_thread():
             thread.join()
 
