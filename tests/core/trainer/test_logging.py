@@ -11,6 +11,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import torchplug
 from tests.core.trainer.models import quiet
+from torchplug import MisconfigurationError
 from torchplug.loggers.logger import Logger
 
 
@@ -242,6 +243,71 @@ def test_an_unknown_reduction_is_refused_with_a_hint() -> None:
 
     with pytest.raises(ValueError, match="log a torchmetrics Metric that computes it"):
         fit(Median(), max_epochs=1)
+
+
+class LogsTwice(Logs):
+    """Logs ``x`` from the second batch on with ``later`` options (values ``later_value``), else with ``first``."""
+
+    def __init__(self, first: dict[str, Any], later: dict[str, Any], later_value: Any = None) -> None:
+        super().__init__()
+        self.first, self.later, self.later_value = first, later, later_value
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        if batch_idx == 0:
+            self.log("x", loss, **self.first)
+        else:
+            self.log("x", loss if self.later_value is None else self.later_value, **self.later)
+        return loss
+
+
+@pytest.mark.parametrize(
+    ("first", "later", "error"),
+    [
+        ({"prog_bar": True}, {}, r"was called with prog_bar=False, but 'x' was first logged here with prog_bar=True"),
+        ({}, {"on_epoch": True}, r"on_epoch=True, but .* with on_epoch=False"),
+        ({"on_epoch": True}, {"on_epoch": True, "reduce_fx": "max"}, r"reduce_fx='max', but .* reduce_fx='mean'"),
+        ({}, {"logger": False}, r"logger=False, but .* logger=True"),
+        ({}, {"sync_dist": True}, r"sync_dist=True, but .* sync_dist=False"),
+        ({}, {"enable_graph": True}, r"enable_graph=True"),
+        ({"on_epoch": True}, {"on_epoch": True, "reduce_fx": torch.median}, r"choose 'mean', 'sum', 'max' or 'min'"),
+    ],
+    ids=["prog_bar", "on_epoch", "reduce_fx", "logger", "sync_dist", "enable_graph", "unknown reduce_fx"],
+)
+def test_logging_a_name_again_with_other_options_is_refused_naming_them(
+    first: dict[str, Any], later: dict[str, Any], error: str
+) -> None:
+    with pytest.raises((MisconfigurationError, ValueError), match=error):
+        fit(LogsTwice(first, later), max_epochs=1, limit_val_batches=0)
+
+
+@pytest.mark.parametrize(
+    ("first", "later"),
+    [
+        ({}, {"on_step": True, "on_epoch": False}),  # the defaults of training_step, spelled out
+        ({"on_epoch": True}, {"on_epoch": True, "reduce_fx": torch.mean}),  # "mean" by another name
+        ({"sync_dist": True, "rank_zero_only": True}, {"rank_zero_only": True}),  # rank_zero_only never syncs
+        ({"prog_bar": 1}, {"prog_bar": True}),
+    ],
+    ids=["defaults spelled out", "mean and torch.mean", "rank_zero_only", "truthy"],
+)
+def test_other_spellings_of_the_same_options_are_accepted(first: dict[str, Any], later: dict[str, Any]) -> None:
+    trainer, _ = fit(LogsTwice(first, later), max_epochs=1, limit_val_batches=0)
+    assert "x" in trainer.callback_metrics
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        (torch.ones(3), r"self.log\('x', ...\) needs one number, got a tensor of shape \(3,\)"),
+        ("0.5", r"self.log\('x', ...\) needs a number.*got str"),
+        ([1.0], r"self.log\('x', ...\) needs a number.*got list"),
+    ],
+    ids=["vector", "str", "list"],
+)
+def test_a_bad_value_is_refused_on_any_call_not_only_the_first(value: Any, error: str) -> None:
+    with pytest.raises((ValueError, TypeError), match=error):
+        fit(LogsTwice({}, {}, later_value=value), max_epochs=1, limit_val_batches=0)
 
 
 def test_enable_graph_keeps_the_value_attached() -> None:

@@ -133,3 +133,22 @@ def test_metric_attribute_names_the_attribute_holding_the_metric(attribute: str,
     else:
         with pytest.raises(torchplug.MisconfigurationError, match="metric_attribute='train_acc'"):
             trainer.fit(Named())
+
+
+@pytest.mark.parametrize("later", ["a tensor", "another Metric"])
+def test_a_name_that_logged_a_metric_refuses_anything_else_later(later: str) -> None:
+    class Switches(Accurate):
+        def __init__(self) -> None:
+            super().__init__()
+            self.other_acc = torchmetrics.Accuracy(task="binary")
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = super().training_step(batch, batch_idx)
+            if batch_idx:
+                value = loss.detach() if later == "a tensor" else self.other_acc
+                self.log("train_acc", value, on_step=True, on_epoch=True)
+            return loss
+
+    trainer = torchplug.Trainer(**quiet(max_epochs=1, limit_val_batches=0))
+    with pytest.raises(torchplug.MisconfigurationError, match=r"self.log\('train_acc', ...\) was first given the "):
+        trainer.fit(Switches(), DataLoader(data(), batch_size=8))

@@ -80,6 +80,7 @@ _REDUCE_CALLABLES: Final[dict[str, tuple[Callable[..., Any], ...]]] = {
 
 class _Metric:
     __slots__ = (
+        "args",
         "dataloader_idx",
         "enable_graph",
         "epoch_value",
@@ -89,6 +90,7 @@ class _Metric:
         "obj",
         "on_epoch",
         "on_step",
+        "options",
         "prog_bar",
         "reduce_fx",
         "sync",
@@ -123,6 +125,11 @@ class _Metric:
         self.total: Any = None
         self.weight = 0.0
         self.epoch_value: Any = None
+        #: The ``self.log`` arguments of the last call accepted (and the phase it was made in): the same
+        #: tuple again needs no check.
+        self.args: tuple[Any, ...] = ()
+        #: What the first call's options mean, resolved (see :func:`_options`): later calls must agree.
+        self.options: dict[str, Any] = {}
 
     def step_key(self) -> str:
         return _forked(self.name, "_step") if self.on_epoch else self.name
@@ -135,6 +142,45 @@ def _forked(name: str, suffix: str) -> str:
     """``name`` with ``_step``/``_epoch`` before its dataloader suffix (``loss_step/dataloader_idx_1``)."""
     base, sep, idx = name.partition(_DATALOADER_SUFFIX)
     return f"{base}{suffix}{sep}{idx}"
+
+
+def _options(
+    name: str,
+    phase: LogPhase,
+    prog_bar: bool,
+    logger: bool,
+    on_step: bool | None,
+    on_epoch: bool | None,
+    reduce_fx: Any,
+    enable_graph: bool,
+    sync_dist: bool,
+    sync_dist_group: Any,
+    metric_attribute: str | None,
+    rank_zero_only: bool,
+) -> dict[str, Any]:
+    """What ``self.log``'s options mean in ``phase``: defaults resolved, ``reduce_fx`` by name; refuses bad ones."""
+    step = phase.on_step if on_step is None else bool(on_step)
+    epoch = phase.on_epoch if on_epoch is None else bool(on_epoch)
+    if not (step or epoch):
+        raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
+    if step and not phase.step_allowed:
+        raise MisconfigurationError(
+            f"self.log({name!r}, on_step=True) in a start or epoch-end hook: there is no step here. "
+            "Hint: log it with on_step=False (an epoch value), or from a step or batch hook."
+        )
+    sync = bool(sync_dist) and not rank_zero_only
+    return {
+        "prog_bar": bool(prog_bar),
+        "logger": bool(logger),
+        "on_step": step,
+        "on_epoch": epoch,
+        "reduce_fx": reduce_fx_name(name, reduce_fx),
+        "enable_graph": bool(enable_graph),
+        "sync_dist": sync,
+        "sync_dist_group": sync_dist_group if sync else None,
+        "metric_attribute": metric_attribute,
+        "rank_zero_only": bool(rank_zero_only),
+    }
 
 
 def _check_value(name: str, value: Any) -> None:
@@ -243,17 +289,33 @@ class MetricStore:
         idx = self.dataloader_idx
         key = name if idx is None or not add_dataloader_idx else f"{name}{_DATALOADER_SUFFIX}{idx}"
         metric = self._active.get(key)
+        args = (
+            prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group,
+            metric_attribute, rank_zero_only, self.phase,
+        )  # fmt: skip
         if metric is None:
             metric = self._create(
                 key, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph,
                 sync_dist, sync_dist_group, add_dataloader_idx, metric_attribute, rank_zero_only,
             )  # fmt: skip
-        elif idx is not None and metric.dataloader_idx != idx:
-            raise MisconfigurationError(
-                f"self.log({name!r}, add_dataloader_idx=False) was called for dataloaders {metric.dataloader_idx} "
-                f"and {idx}: their values would mix. Hint: give each dataloader its own name, or drop "
-                "add_dataloader_idx=False."
-            )
+            metric.args = args
+        else:
+            if args != metric.args:  # the same call as before costs this one comparison
+                self._check_same_options(metric, name, args)
+            if idx is not None and metric.dataloader_idx != idx:
+                raise MisconfigurationError(
+                    f"self.log({name!r}, add_dataloader_idx=False) was called for dataloaders "
+                    f"{metric.dataloader_idx} and {idx}: their values would mix. Hint: give each dataloader its own "
+                    "name, or drop add_dataloader_idx=False."
+                )
+            if metric.obj is None:
+                _check_value(name, value)
+            elif value is not metric.obj:
+                raise MisconfigurationError(
+                    f"self.log({name!r}, ...) was first given the torchmetrics Metric {type(metric.obj).__name__} "
+                    f"and now {type(value).__name__}: one name logs one Metric object. Hint: log the other value "
+                    "under its own name."
+                )
         if metric.obj is not None:
             metric.last = value._forward_cache if metric.on_step else None  # what its last forward() returned
             return
@@ -300,16 +362,11 @@ class MetricStore:
             _check_value(name, value)
         else:
             self._check_metric_attribute(name, obj, metric_attribute)
-        fx = reduce_fx_name(name, reduce_fx)
-        step = phase.on_step if on_step is None else on_step
-        epoch = phase.on_epoch if on_epoch is None else on_epoch
-        if not (step or epoch):
-            raise ValueError(f"self.log({name!r}, on_step=False, on_epoch=False) records nothing; set one of them.")
-        if step and not phase.step_allowed:
-            raise MisconfigurationError(
-                f"self.log({name!r}, on_step=True) in a start or epoch-end hook: there is no step here. "
-                "Hint: log it with on_step=False (an epoch value), or from a step or batch hook."
-            )
+        options = _options(
+            name, phase, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group,
+            metric_attribute, rank_zero_only,
+        )  # fmt: skip
+        fx, step, epoch = options["reduce_fx"], options["on_step"], options["on_epoch"]
         sync = None
         if sync_dist and not rank_zero_only and obj is None:
             reduce = self._reduce
@@ -319,10 +376,35 @@ class MetricStore:
             key, prog_bar, logger, step, epoch, fx, sync, obj, enable_graph,
             self.dataloader_idx,
         )  # fmt: skip
+        metric.options = options
         self._active[key] = metric
         if obj is not None:
             self._objects.setdefault(self.stage, []).append(metric)
         return metric
+
+    def _check_same_options(self, metric: _Metric, name: str, args: tuple[Any, ...]) -> None:
+        """A later ``self.log`` of the same name in the same phase must mean what the first call meant.
+
+        The first call decides how the value is recorded (step or epoch, the reduction, the
+        progress bar...); a later call asking for something else would be ignored, so it is refused,
+        naming the options that differ. Spellings with the same meaning (``on_step=None`` and its
+        default, ``"mean"`` and ``torch.mean``) are accepted. Calls from another phase (``training_step``
+        and ``on_train_epoch_end``, with other defaults) are recorded under the first call's options.
+        """
+        phase = args[-1]
+        if phase != metric.args[-1] or phase is None:
+            return
+        options = _options(name, phase, *args[:-1])
+        changed = [key for key, value in options.items() if value != metric.options[key]]
+        if changed:
+            was = ", ".join(f"{key}={metric.options[key]!r}" for key in changed)
+            now = ", ".join(f"{key}={options[key]!r}" for key in changed)
+            raise MisconfigurationError(
+                f"self.log({name!r}, ...) was called with {now}, but {name!r} was first logged here with {was}. "
+                "One name keeps one set of options in a stage, so the new ones would be ignored. Hint: pass the "
+                "same options every time, or log under another name."
+            )
+        metric.args = args
 
     def _check_metric_attribute(self, name: str, obj: Any, attribute: str | None) -> None:
         """The torchmetrics Metric must be an attribute of the module (as Lightning requires), found by name."""
