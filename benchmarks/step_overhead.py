@@ -35,6 +35,15 @@ What is measured:
     and the fixed cost of ``fit()`` with ``max_steps=1`` (one step included), for B's and C's
     arguments, interleaved.
 
+    With ``--instructions``, each variant also runs in a child process under valgrind's callgrind
+    (``--instr-steps`` steps after a warm-up, and again with 1000 fewer steps; the difference over
+    1000 steps is the instruction count of one steady-state step, start-up and warm-up excluded).
+    Instruction counts do not depend on what else the host runs, unlike the clocks of a shared
+    2-core host, whose speed drifts by up to 1.7x within seconds; a variant's extra instructions
+    over A, as a share of A's, times the reference machine's 296 µs/step, estimate its overhead
+    there ("instr. at ref."; it assumes the extra work runs at the raw loop's instructions per
+    cycle). ``--judge instructions`` judges the targets on that estimate.
+
     PyTorch Lightning is not installed for this benchmark. If ``lightning`` is importable by the
     interpreter running it, its B, C and D run live in the same rounds (L-B, L-C, L-D); otherwise the
     reference figures are printed beside ours.
@@ -44,6 +53,7 @@ How to run it (from the repository root, with the dev venv)::
     python benchmarks/step_overhead.py
     python benchmarks/step_overhead.py --steps 3000 --repeats 15 --json
     python benchmarks/step_overhead.py --variants A,B --repeats 5     # a subset
+    python benchmarks/step_overhead.py --variants "A,A',B,C,D" --instructions   # + callgrind counts
 
 Exit status: 0 when B, C and D meet their targets, 1 otherwise (C' and D' are informational).
 """
@@ -56,10 +66,13 @@ import functools
 import gc
 import importlib.util
 import json
+import math
 import os
 import platform
+import re
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
@@ -196,6 +209,43 @@ class Samples:
             out[f"{name}_median"] = statistics.median(values)
             out[name] = [round(v, 2) for v in values]
         return out
+
+
+# -- instruction counts (callgrind) ---------------------------------------------------------------
+
+#: The instruction count of one step is the difference between two runs this many steps apart.
+INSTR_SPAN: Final = 1000
+INSTR_WARMUP_STEPS: Final = 60
+
+
+def run_child(label: str, steps: int) -> None:
+    """What a child under callgrind runs: a warm-up fit of ``label``, then one of ``steps`` steps."""
+    torch.set_num_threads(1)
+    run_variant(label, make_loader(INSTR_WARMUP_STEPS))
+    run_variant(label, make_loader(steps))
+
+
+def callgrind_instructions(label: str, steps: int) -> int:
+    """Instructions of a whole child process that runs ``label`` for ``steps`` steps (see :func:`run_child`)."""
+    command = [
+        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
+        sys.executable, os.path.abspath(__file__), "--child", label, "--steps", str(steps),
+    ]  # fmt: skip
+    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
+    if done.returncode != 0 or found is None:
+        raise RuntimeError(f"callgrind run of {label} failed (exit {done.returncode}): {done.stderr[-2000:]}")
+    return int(found.group(1))
+
+
+def measure_instructions(labels: list[str], steps: int) -> dict[str, float]:
+    """Instructions per steady-state step of each variant: two runs per variant, two runs at a time."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    jobs = [(label, n) for label in labels for n in (steps - INSTR_SPAN, steps)]
+    with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
+        counts = dict(zip(jobs, pool.map(lambda job: callgrind_instructions(*job), jobs)))
+    return {label: (counts[label, steps] - counts[label, steps - INSTR_SPAN]) / INSTR_SPAN for label in labels}
 
 
 def paired(values: list[float], base: list[float]) -> tuple[float, float]:
@@ -408,22 +458,30 @@ def available_variants(requested: list[str]) -> tuple[list[str], list[str]]:
     return run, notes
 
 
-def summarise(samples: dict[str, Samples], judge: str) -> dict[str, Any]:
+def summarise(samples: dict[str, Samples], judge: str, instructions: dict[str, float]) -> dict[str, Any]:
     """Per variant: medians, paired overheads over A on both clocks, and the verdict on the ``judge`` clock."""
     base = samples["A"]
+    reference_us = LIGHTNING_REFERENCE["us_per_step"]["A"]
     rows: dict[str, Any] = {}
     for label, variant in samples.items():
         row: dict[str, Any] = {"description": DESCRIPTIONS[label], **variant.as_dict()}
+        if label in instructions:
+            row["instructions_per_step"] = instructions[label]
         if label != "A":
             row["overhead_us"], row["ratio"] = paired(variant.steady_us, base.steady_us)
             row["cpu_overhead_us"], row["cpu_ratio"] = paired(variant.cpu_us, base.cpu_us)
             # The overhead this ratio would be on the reference machine, where A takes 296 µs/step.
-            row["scaled_overhead_us"] = (row["ratio"] - 1) * LIGHTNING_REFERENCE["us_per_step"]["A"]
+            row["scaled_overhead_us"] = (row["ratio"] - 1) * reference_us
+            if label in instructions and "A" in instructions:
+                extra = instructions[label] - instructions["A"]
+                row["extra_instructions"] = extra
+                row["instr_overhead_us"] = extra / instructions["A"] * reference_us
             if label in TARGETS_US:
                 judged = {
                     "wall": row["overhead_us"],
                     "cpu": row["cpu_overhead_us"],
                     "scaled": row["scaled_overhead_us"],
+                    "instructions": row.get("instr_overhead_us", math.inf),
                 }[judge]
                 row.update(target_us=TARGETS_US[label], judged_on=judge, passed=judged <= TARGETS_US[label])
         row["whole_vs_steady_pct"] = (row["whole_us_median"] / row["steady_us_median"] - 1) * 100
@@ -467,6 +525,20 @@ def print_report(rows: dict[str, Any], fixed: dict[str, Any], notes: list[str], 
     )
     for note in notes:
         print(f"  note: {note}")
+    if any("instructions_per_step" in row for row in rows.values()):
+        print()
+        print(f"Instructions per steady-state step (callgrind, {INSTR_SPAN} steps; independent of the host's load):")
+        for label, row in rows.items():
+            if "instructions_per_step" not in row:
+                continue
+            extra = ""
+            if "extra_instructions" in row:
+                share = row["extra_instructions"] / rows["A"]["instructions_per_step"] * 100
+                extra = (
+                    f"  {row['extra_instructions']:+10,.0f} vs A ({share:+.2f}%), "
+                    f"≈ {row['instr_overhead_us']:+.1f} µs at ref."
+                )
+            print(f"  {label:<4} {row['instructions_per_step']:12,.0f}{extra}")
     print()
     ref = LIGHTNING_REFERENCE
     print("Lightning 2.6.6 reference, wall clock (" + ref["source"] + "):")
@@ -511,20 +583,35 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--no-fixed", action="store_true", help="skip the Trainer()/fit(max_steps=1) timings")
     parser.add_argument(
         "--judge",
-        choices=("wall", "cpu", "scaled"),
+        choices=("wall", "cpu", "scaled", "instructions"),
         default="wall",
         help="what the targets are judged on: the wall-clock overhead (default), the CPU-clock "
-        "one, or the overhead scaled to the reference machine's speed (a slow or busy host)",
+        "one, the overhead scaled to the reference machine's speed (a slow or busy host), or the "
+        "extra instructions scaled to it (needs --instructions)",
     )
+    parser.add_argument(
+        "--instructions", action="store_true", help="also count each variant's instructions per step with callgrind"
+    )
+    parser.add_argument("--instr-steps", type=int, default=1300, help="steps of the longer callgrind run")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # a callgrind child: run this variant and exit
     parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
     args = parser.parse_args(argv)
     if args.steps <= STEADY_FROM + 1 or args.repeats < 1:
         parser.error(f"--steps must be more than {STEADY_FROM + 1} and --repeats at least 1")
+    if args.instr_steps <= INSTR_SPAN:
+        parser.error(f"--instr-steps must be more than {INSTR_SPAN}")
+    if args.judge == "instructions" and not args.instructions:
+        parser.error("--judge instructions needs --instructions")
+    if args.instructions and shutil.which("valgrind") is None:
+        parser.error("--instructions needs valgrind (apt-get install valgrind)")
     return args
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.child:
+        run_child(args.child, args.steps)
+        return 0
     torch.set_num_threads(1)
     requested = ["A", *(v for v in args.variants.split(",") if v and v != "A")]
     unknown = [v for v in requested if v not in DESCRIPTIONS]
@@ -536,7 +623,9 @@ def main(argv: list[str] | None = None) -> int:
     # Fixed costs first, so that "the first Trainer() in the process" is the first one.
     fixed = {} if args.no_fixed or labels == ["A"] else measure_fixed_costs(loader, "C" in labels)
     samples = measure_steps(labels, loader, args.repeats)
-    rows = summarise(samples, args.judge)
+    counted = [label for label in labels if not label.startswith("L-")]
+    instructions = measure_instructions(counted, args.instr_steps) if args.instructions else {}
+    rows = summarise(samples, args.judge, instructions)
     if args.json:
         print(
             json.dumps(

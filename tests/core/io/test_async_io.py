@@ -16,6 +16,7 @@ import sys
 import textwrap
 import threading
 import time
+import warnings
 import zipfile
 from pathlib import Path
 from typing import Any
@@ -356,7 +357,9 @@ def test_several_failures_are_reported_together(tmp_path: Path, io_: Any) -> Non
 
 def test_an_unpicklable_leaf_fails_in_the_background_and_the_io_keeps_working(tmp_path: Path, io_: Any) -> None:
     io = make(io_, TorchCheckpointIO())
-    io.save_checkpoint({"lock": threading.Lock()}, str(tmp_path / "bad.ckpt"))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the lock cannot be copied either: it is told, then fails to pickle
+        io.save_checkpoint({"lock": threading.Lock()}, str(tmp_path / "bad.ckpt"))
     with pytest.raises(CheckpointSaveError, match=r"bad\.ckpt") as info:
         io.flush()
     assert isinstance(info.value.__cause__, TypeError)
@@ -364,6 +367,31 @@ def test_an_unpicklable_leaf_fails_in_the_background_and_the_io_keeps_working(tm
     io.save_checkpoint({"step": 3}, str(tmp_path / "good.ckpt"))
     io.flush()
     assert io.load_checkpoint(str(tmp_path / "good.ckpt")) == {"step": 3}
+
+
+class NotCopyable:
+    """Pickles, but refuses ``copy.deepcopy`` (as objects holding handles may)."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+    def __deepcopy__(self, memo: dict[int, Any]) -> Any:
+        raise TypeError("cannot copy a NotCopyable")
+
+
+def test_a_leaf_that_cannot_be_copied_is_written_live_and_the_user_is_told(tmp_path: Path, io_: Any) -> None:
+    from torchplug.io import _snapshot
+
+    _snapshot._WARNED_SHARED.discard(NotCopyable)
+    gated = GatedIO()
+    io = make(io_, gated)
+    leaf = NotCopyable(1)
+    with pytest.warns(UserWarning, match=r"holds a .*NotCopyable that cannot be copied .*written as it is"):
+        io.save_checkpoint({"leaf": leaf}, str(tmp_path / "a.ckpt"))
+    leaf.value = 2  # before the write: the checkpoint gets this, as the warning said
+    gated.gate.set()
+    io.flush()
+    assert io.load_checkpoint(str(tmp_path / "a.ckpt"), weights_only=False)["leaf"].value == 2
 
 
 # -- life cycle -------------------------------------------------------------------------------

@@ -11,6 +11,7 @@ import copy
 import functools
 import logging
 import os
+import warnings
 from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -310,11 +311,23 @@ class _Rebuild:
         return new.requires_grad_(tensor.requires_grad)
 
 
+_WARNED_SHARED: set[type] = set()
+
+
 def _deepcopy_or_share(obj: Any, memo: dict[int, Any]) -> Any:
     try:
         return copy.deepcopy(obj, memo)
     except Exception as exc:  # it may still pickle: let the writer try, with the live object
-        log.debug("Could not copy %s for an asynchronous checkpoint (%r); it is saved as it is then", type(obj), exc)
+        kind = type(obj)
+        if kind not in _WARNED_SHARED:  # once per type: a checkpoint is saved many times
+            _WARNED_SHARED.add(kind)
+            warnings.warn(
+                f"An asynchronous checkpoint holds a {kind.__module__}.{kind.__qualname__} that cannot be copied "
+                f"({type(exc).__name__}: {exc}): it is written as it is when the background write runs, so a "
+                "change made to it before then ends up in the checkpoint. Hint: make it deep-copyable "
+                "(define __deepcopy__), or save synchronously (the 'torch' checkpoint IO).",
+                stacklevel=2,
+            )
         return obj
 
 
