@@ -27,6 +27,7 @@ if TYPE_CHECKING:
 __all__ = ["BATCH_EVAL", "BATCH_TRAIN", "EPOCH", "LogPhase", "MetricStore", "as_tensor", "reduce_fx_name"]
 
 _REDUCE_FX: Final = ("mean", "sum", "max", "min")
+_Tensor: Final = torch.Tensor
 _DATALOADER_SUFFIX: Final = "/dataloader_idx_"
 
 
@@ -309,7 +310,12 @@ class MetricStore:
                     "name, or drop add_dataloader_idx=False."
                 )
             if metric.obj is None:
-                _check_value(name, value)
+                kind = type(value)  # the common values checked without a call: a 0-d tensor, a float, an int
+                if kind is _Tensor:
+                    if value.ndim:
+                        _check_value(name, value)
+                elif kind is not float and kind is not int:
+                    _check_value(name, value)
             elif value is not metric.obj:
                 raise MisconfigurationError(
                     f"self.log({name!r}, ...) was first given the torchmetrics Metric {type(metric.obj).__name__} "
