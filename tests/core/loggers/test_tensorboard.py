@@ -75,3 +75,21 @@ def test_versions_prefix_and_sub_dir(tmp_path):
     assert values["run-loss"] == [(3, 0.5)]
     assert "hp_metric" not in values
     assert glob.glob(f"{logger.log_dir}/*pair*")  # add_scalars writes one sub-run per key
+
+
+@needs_tensorboard
+def test_the_scalars_of_one_call_are_one_event_read_back_as_each_scalar(tmp_path):
+    from tensorboard.backend.event_processing.event_file_loader import EventFileLoader
+
+    logger = TensorBoardLogger(tmp_path, name="exp", default_hp_metric=False)
+    logger.log_metrics({"a": 1.0, "b": torch.tensor(2.5), "c": 3, "pair": {"x": 4.0}}, step=5)
+    logger.log_metrics({"a": 6.0}, step=6)
+    logger.finalize("success")
+
+    values = scalars(logger.log_dir)
+    assert values["a"] == [(5, 1.0), (6, 6.0)]
+    assert values["b"] == [(5, 2.5)]
+    assert values["c"] == [(5, 3.0)]
+    (events_file,) = glob.glob(f"{logger.log_dir}/events.out.tfevents.*")
+    summaries = [event.summary for event in EventFileLoader(events_file).Load() if event.HasField("summary")]
+    assert [[value.tag for value in summary.value] for summary in summaries] == [["a", "b", "c"], ["a"]]

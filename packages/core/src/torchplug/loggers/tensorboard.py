@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Mapping
 from typing import Any
@@ -30,6 +31,17 @@ def _summary_writer_class() -> Any:
     except ImportError as exc:
         raise ImportError(_MISSING) from exc
     return SummaryWriter
+
+
+@functools.cache
+def _summary_class() -> Any:
+    from tensorboard.compat.proto.summary_pb2 import Summary
+
+    return Summary
+
+
+def _summary_value_class() -> Any:
+    return _summary_class().Value
 
 
 class TensorBoardLogger(Logger):
@@ -135,14 +147,23 @@ class TensorBoardLogger(Logger):
 
     @override
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Add each metric as a scalar at ``step`` (a dict value becomes one chart of several scalars)."""
+        """Add each metric as a scalar at ``step`` (a dict value becomes one chart of several scalars).
+
+        The scalars of one call travel to the event writer's thread as one summary (what
+        ``add_scalar`` writes for each, in one event): one hand-off per logging step instead of
+        one per metric, which is most of what logging costs the training loop.
+        """
         writer = self.experiment
+        values = []
+        value_class = _summary_value_class()
         for key, value in metrics.items():
             tag = f"{self._prefix}-{key}" if self._prefix else key
             if isinstance(value, Mapping):
                 writer.add_scalars(tag, {k: metric_value(v) for k, v in value.items()}, step)
             else:
-                writer.add_scalar(tag, metric_value(value), step)
+                values.append(value_class(tag=tag, simple_value=metric_value(value)))
+        if values:
+            writer._get_file_writer().add_summary(_summary_class()(value=values), step)
 
     @override
     def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
