@@ -4,13 +4,16 @@ from __future__ import annotations
 
 import csv
 import enum
+import os
 
 import numpy as np
+import pytest
 import torch
 import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.core.loggers.conftest import LoggingModel
+from torchplug._errors import MisconfigurationError
 from torchplug.loggers.csv_logs import CSVLogger
 from torchplug.trainer.trainer import Trainer
 
@@ -94,3 +97,38 @@ def test_fit_logs_a_numpy_hyperparameter(tmp_path):
 
     with open(f"{logger.log_dir}/hparams.yaml") as stream:
         assert yaml.safe_load(stream)["lr"] == 0.01
+
+
+def test_a_version_with_metrics_already_is_replaced_with_a_warning(tmp_path):
+    earlier = CSVLogger(tmp_path, name="exp")
+    earlier.log_metrics({"a": 1.0}, 0)
+    earlier.save()
+
+    again = CSVLogger(tmp_path, name="exp", version=0)
+    again.log_metrics({"b": 2.0}, 5)
+    with pytest.warns(UserWarning, match=r"CSVLogger\(version=0\): .*exp/version_0/metrics.csv exists already.*Hint"):
+        again.save()
+    again.log_metrics({"b": 3.0}, 6)
+    again.save()  # warned once, at the first write
+
+    with open(again.metrics_file, newline="") as stream:
+        assert list(csv.DictReader(stream)) == [{"step": "5", "b": "2.0"}, {"step": "6", "b": "3.0"}]
+
+
+@pytest.mark.parametrize("name", [None, ""], ids=["None", "empty"])
+def test_no_name_puts_the_versions_in_save_dir(tmp_path, name):
+    os.makedirs(tmp_path / "version_0")
+    logger = CSVLogger(tmp_path, name=name)
+    logger.log_metrics({"a": 1.0}, 0)
+    logger.save()
+
+    assert logger.log_dir == f"{tmp_path}/version_1"
+    assert sorted(os.listdir(tmp_path)) == ["version_0", "version_1"]
+
+
+@pytest.mark.parametrize("every", [0, -5, "10", 2.5, True], ids=["zero", "negative", "str", "float", "bool"])
+def test_flush_logs_every_n_steps_must_be_a_positive_int(tmp_path, every):
+    with pytest.raises(
+        MisconfigurationError, match=rf"CSVLogger\(flush_logs_every_n_steps={every!r}\) is not valid.*Hint"
+    ):
+        CSVLogger(tmp_path, flush_logs_every_n_steps=every)
