@@ -122,6 +122,29 @@ def test_state_keys_differ_per_metric():
     assert EarlyStopping(monitor="a").state_key != EarlyStopping(monitor="b").state_key
 
 
+def test_two_with_the_same_state_key_are_refused(make_trainer):
+    # A checkpoint would hold one of the two states, and a resume would give it to both.
+    impatient, patient = EarlyStopping(monitor="val_loss", patience=1), EarlyStopping(monitor="val_loss", patience=5)
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"callbacks= holds EarlyStopping\(.*patience=1.*\) and EarlyStopping\(.*patience=5.*\), which both keep "
+        r"their state in checkpoints under state_key=.*Hint: make them differ",
+    ):
+        make_trainer(callbacks=[impatient, patient])
+
+    make_trainer(callbacks=[impatient, EarlyStopping(monitor="val_loss", mode="max")])  # keys differ: accepted
+
+
+def test_two_with_the_same_state_key_from_configure_callbacks_are_refused(make_trainer, tiny_model, data):
+    class TwoStoppers(type(tiny_model())):
+        def configure_callbacks(self):
+            return [EarlyStopping(monitor="val_loss", patience=1), EarlyStopping(monitor="val_loss", patience=5)]
+
+    trainer = make_trainer(max_epochs=1)
+    with pytest.raises(MisconfigurationError, match=r"callbacks= with TwoStoppers.configure_callbacks\(\) holds"):
+        trainer.fit(TwoStoppers(), data(), data())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
     [({"mode": "avg"}, "mode='avg'"), ({"patience": -1}, "patience=-1"), ({"min_delta": -0.1}, "min_delta=-0.1")],
