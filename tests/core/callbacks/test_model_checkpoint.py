@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import threading
 import time
 import uuid
@@ -281,6 +282,52 @@ def test_rotation_with_async_checkpoint_io_never_removes_during_a_write(tmp_path
 def test_filename_templates(filename, auto_insert, metrics, expected):
     checkpoint = ModelCheckpoint(dirpath="memory://x", filename=filename, auto_insert_metric_name=auto_insert)
     assert checkpoint.format_checkpoint_name(metrics) == f"memory://x/{expected}"
+
+
+@pytest.mark.parametrize("filename", ["{epoch", "{epoch}-{}", "{val_loss:.2q}"], ids=["unclosed", "empty", "format"])
+def test_a_filename_that_cannot_be_filled_in_is_refused_at_once(filename):
+    with pytest.raises(
+        MisconfigurationError, match=rf"ModelCheckpoint\(filename='{re.escape(filename)}'\) is not valid.*Hint"
+    ):
+        ModelCheckpoint(filename=filename)
+
+
+def test_a_filename_format_that_does_not_fit_the_metric_names_the_template(tmp_path, make_trainer, tiny_model, data):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}-{val_loss:d}")
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"filename='\{epoch\}-\{val_loss:d\}'\) is not valid: ValueError: Unknown format code 'd'.*'val_loss': ",
+    ):
+        make_trainer(max_epochs=1, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+
+def test_a_filename_metric_that_is_never_logged_reads_0_with_one_warning(tmp_path, make_trainer, tiny_model, data):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}-{val_acc:.2f}", save_top_k=-1)
+    with pytest.warns(UserWarning, match=r"the metric 'val_acc' is not logged \(logged: .*val_loss\).*Hint") as seen:
+        make_trainer(max_epochs=2, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+    assert files(tmp_path) == ["epoch=0-val_acc=0.00.ckpt", "epoch=1-val_acc=0.00.ckpt"]
+    assert len([w for w in seen if "is not logged" in str(w.message)]) == 1
+
+
+def test_a_filename_metric_not_logged_yet_before_validation_is_not_warned(
+    tmp_path, make_trainer, tiny_model, data, recwarn
+):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{step}-{val_loss:.1f}", every_n_train_steps=4)
+    make_trainer(max_epochs=1, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+    assert files(tmp_path) == ["step=8-val_loss=0.0.ckpt"]  # saved (as at step 4) before validation logged it
+    assert not [w for w in recwarn if "is not logged" in str(w.message)]
+
+
+def test_a_dirpath_that_is_a_file_is_refused_when_fit_starts(tmp_path, make_trainer, tiny_model, data):
+    (tmp_path / "ckpts").write_text("not a directory")
+    trainer = make_trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpts")])
+    with pytest.raises(
+        MisconfigurationError, match=r"ModelCheckpoint\(dirpath='.*ckpts'\) is not valid: it is a file.*Hint"
+    ):
+        trainer.fit(tiny_model(), data(), data())
+    assert trainer.global_step == 0
 
 
 def test_version_counter_adds_v1_for_a_name_taken(tmp_path, make_trainer, tiny_model, data):

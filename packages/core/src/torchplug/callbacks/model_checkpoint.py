@@ -56,10 +56,13 @@ class ModelCheckpoint(Callback):
 
     Args:
         dirpath: Where to write: a local path or any fsspec URL (``memory://run/ckpts``,
-            ``s3://bucket/run``). Default: ``<trainer.log_dir>/checkpoints``, decided in :meth:`setup`.
+            ``s3://bucket/run``), a directory (an existing file there is refused when ``fit`` starts).
+            Default: ``<trainer.log_dir>/checkpoints``, decided in :meth:`setup`.
         filename: A template of the file name without ``.ckpt``: ``"{epoch}-{step}"`` (default) gives
             ``epoch=0-step=100.ckpt``; ``"{epoch}-{val_loss:.2f}"`` gives ``epoch=2-val_loss=0.31.ckpt``.
-            Any logged metric, ``epoch`` and ``step`` can be used; a metric not logged yet reads as 0.
+            Any logged metric, ``epoch`` and ``step`` can be used; a metric not logged yet reads as 0
+            (with a warning once validation has run without logging it). A template that cannot be
+            filled in is refused at once.
         monitor: The logged metric that ranks checkpoints (``self.log("val_loss", ...)``). None: no
             ranking; the ``save_top_k`` most recent checkpoints are kept.
         mode: ``"min"`` (lower is better, for losses) or ``"max"`` (for accuracies).
@@ -137,6 +140,8 @@ class ModelCheckpoint(Callback):
             filename = filename[: -len(self.FILE_EXTENSION)]
         self.filename = filename
         self._template_keys = _template_keys(filename or "{epoch}-{step}")
+        self._fill(filename or "{epoch}-{step}", {})  # a template that cannot be filled is refused now
+        self._unlogged_warned: set[str] = set()
         self.best_model_path = ""
         self.best_model_score: torch.Tensor | None = None
         self.current_score: torch.Tensor | None = None
@@ -226,6 +231,18 @@ class ModelCheckpoint(Callback):
             self.dirpath = trainer.strategy.broadcast(default)
         if stage == "fit":
             self._validated = False
+            self._refuse_a_file_for_dirpath()
+
+    def _refuse_a_file_for_dirpath(self) -> None:
+        from fsspec.core import url_to_fs
+
+        assert self.dirpath is not None
+        fs, path = url_to_fs(self.dirpath)
+        if fs.isfile(path):
+            raise MisconfigurationError(
+                f"ModelCheckpoint(dirpath={self.dirpath!r}) is not valid: it is a file, and checkpoints are written "
+                "into a directory. Hint: give the path of a directory (it is created when missing), or move the file."
+            )
 
     def on_load_checkpoint(self, trainer: Trainer, module: Module, checkpoint: dict[str, Any]) -> None:
         """Note the global step of the checkpoint ``fit`` resumes from (files of later steps are a killed run's)."""
@@ -387,6 +404,8 @@ class ModelCheckpoint(Callback):
             if self.monitor is not None:
                 wanted.add(self.monitor)
             candidates = {key: metrics[key].detach().cpu() for key in wanted if key in metrics}
+            if self._validated or not trainer.enable_validation:  # what is not logged by now may never be
+                self._warn_unlogged(candidates, metrics)
             epoch, step = candidates.get("epoch"), candidates.get("step")
             candidates["epoch"] = epoch.int() if epoch is not None else torch.tensor(trainer.current_epoch)
             candidates["step"] = step.int() if step is not None else torch.tensor(trainer.global_step)
@@ -396,6 +415,18 @@ class ModelCheckpoint(Callback):
         assert shared is not None
         candidates, self._logged_names = shared
         return candidates
+
+    def _warn_unlogged(self, candidates: dict[str, Any], metrics: dict[str, Any]) -> None:
+        """Once per name: a metric of ``filename`` that is not logged reads as 0 in the checkpoints' names."""
+        for name in self._template_keys:
+            if name in candidates or name in ("epoch", "step") or name in self._unlogged_warned:
+                continue
+            self._unlogged_warned.add(name)
+            rank_zero_warn(
+                f"ModelCheckpoint(filename={self.filename!r}): the metric {name!r} is not logged (logged: "
+                f"{', '.join(sorted(metrics)) or '(none)'}), so it reads as 0 in the checkpoints' names. Hint: call "
+                f"self.log({name!r}, value) in your Module, or name a logged metric in filename."
+            )
 
     def _save_topk(self, trainer: Trainer, candidates: dict[str, Any], at_epoch_end: bool) -> None:
         if self.save_top_k == 0:
@@ -504,13 +535,22 @@ class ModelCheckpoint(Callback):
             ...     {"epoch": 3, "val_loss": 0.123})
             'ckpts/epoch=3-val_loss=0.12.ckpt'
         """
-        name = _fill_template(
-            filename or self.filename or "{epoch}-{step}", dict(metrics), self.auto_insert_metric_name
-        )
+        name = self._fill(filename or self.filename or "{epoch}-{step}", metrics)
         if ver is not None:
             name = f"{name}{self.CHECKPOINT_JOIN_CHAR}v{ver}"
         name += self.FILE_EXTENSION
         return f"{self.dirpath.rstrip('/')}/{name}" if self.dirpath else name
+
+    def _fill(self, template: str, metrics: dict[str, Any]) -> str:
+        try:
+            return _fill_template(template, dict(metrics), self.auto_insert_metric_name)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            values = {k: float(v) if isinstance(v, torch.Tensor) and v.numel() == 1 else v for k, v in metrics.items()}
+            raise MisconfigurationError(
+                f"ModelCheckpoint(filename={template!r}) is not valid: {type(exc).__name__}: {exc}"
+                f"{f' (with {values})' if values else ''}. Hint: write the fields as {{name}} or {{name:format}}, "
+                'for example "{epoch}-{val_loss:.2f}" (logged metrics are floats).'
+            ) from exc
 
     def _unique_path(
         self, trainer: Trainer, candidates: dict[str, Any], reusable: str, filename: str | None = None
