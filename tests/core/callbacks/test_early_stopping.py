@@ -88,6 +88,25 @@ def test_checks_after_each_validation_when_it_runs_twice_per_epoch(make_trainer,
     assert trainer.global_step == 4  # stopped at the first validation, mid-epoch
 
 
+@pytest.mark.parametrize(
+    ("stopping_kwargs", "trainer_kwargs", "with_validation", "reason"),
+    [
+        ({"check_on_train_epoch_end": False}, {}, False, "this fit runs no validation"),
+        ({}, {"check_val_every_n_epoch": 5}, True, "check_val_every_n_epoch=5 puts the next validation in epoch 4"),
+    ],
+    ids=["check-after-validation-without-validation", "validation-after-max-epochs"],
+)
+def test_checking_only_after_a_validation_that_never_runs_is_warned(
+    make_trainer, tiny_model, data, stopping_kwargs, trainer_kwargs, with_validation, reason
+):
+    stopping = EarlyStopping(monitor="train_loss", patience=0, **stopping_kwargs)
+    trainer = make_trainer(max_epochs=3, callbacks=[stopping], enable_checkpointing=False, **trainer_kwargs)
+    loaders = (data(), data()) if with_validation else (data(),)
+    with pytest.warns(UserWarning, match=rf"checks after validation, but {reason}.*never stop this fit.*Hint"):
+        trainer.fit(tiny_model(), *loaders)
+    assert trainer.current_epoch == 3  # patience=0 would have stopped it after the first check
+
+
 def test_missing_metric_raises_or_warns(make_trainer, tiny_model, data):
     trainer = make_trainer(max_epochs=2, callbacks=[EarlyStopping(monitor="val_acc")])
     with pytest.raises(MisconfigurationError, match=r"monitor='val_acc'.*Logged metrics: .*val_loss.*strict=False"):

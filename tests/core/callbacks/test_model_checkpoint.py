@@ -330,6 +330,34 @@ def test_a_dirpath_that_is_a_file_is_refused_when_fit_starts(tmp_path, make_trai
     assert trainer.global_step == 0
 
 
+@pytest.mark.parametrize(
+    ("checkpoint_kwargs", "trainer_kwargs", "with_validation", "reason"),
+    [
+        ({"save_on_train_epoch_end": False}, {}, False, "this fit runs no validation"),
+        ({}, {"check_val_every_n_epoch": 3}, True, "check_val_every_n_epoch=3 puts the next validation in epoch 2"),
+        ({"save_on_train_epoch_end": False}, {"limit_val_batches": 0}, True, "this fit runs no validation"),
+    ],
+    ids=["save-after-validation-without-validation", "validation-after-max-epochs", "limit-val-batches-0"],
+)
+def test_saving_only_after_a_validation_that_never_runs_is_warned(
+    tmp_path, make_trainer, tiny_model, data, checkpoint_kwargs, trainer_kwargs, with_validation, reason
+):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True, **checkpoint_kwargs)
+    trainer = make_trainer(max_epochs=2, callbacks=[checkpoint], **trainer_kwargs)
+    loaders = (data(), data()) if with_validation else (data(),)
+    with pytest.warns(UserWarning, match=rf"saves after validation, but {reason}.*write no checkpoint.*Hint"):
+        trainer.fit(tiny_model(), *loaders)
+    assert files(tmp_path) == []
+
+
+def test_saving_after_a_validation_that_runs_is_not_warned(tmp_path, make_trainer, tiny_model, data, recwarn):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_on_train_epoch_end=False)
+    make_trainer(max_epochs=2, check_val_every_n_epoch=2, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+    assert files(tmp_path) == ["epoch=1-step=16.ckpt"]
+    assert not [w for w in recwarn if "saves after validation" in str(w.message)]
+
+
 def test_version_counter_adds_v1_for_a_name_taken(tmp_path, make_trainer, tiny_model, data):
     for _ in range(2):
         checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_last=True)

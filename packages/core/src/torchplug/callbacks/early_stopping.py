@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from torchplug._errors import MisconfigurationError
+from torchplug.callbacks._validation import no_validation_reason
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.rank_zero import rank_zero_warn
@@ -130,6 +131,17 @@ class EarlyStopping(Callback):
             )
         else:
             self._on_epoch_end = self._check_on_train_epoch_end
+
+    def on_train_start(self, trainer: Trainer, module: Module) -> None:
+        """Warn when the check runs after validation and this fit will run none: it would never stop training."""
+        reason = None if self._on_epoch_end else no_validation_reason(trainer)
+        if reason is not None:
+            rank_zero_warn(
+                f"EarlyStopping(monitor={self.monitor!r}, check_on_train_epoch_end={self._check_on_train_epoch_end}) "
+                f"checks after validation, but {reason}: it will never stop this fit. Hint: pass "
+                "check_on_train_epoch_end=True to check at the end of each training epoch (a metric logged in "
+                "training), or let validation run."
+            )
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Check at the end of the training epoch, when that is where this run checks."""

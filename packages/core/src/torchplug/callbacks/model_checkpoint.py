@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from torchplug._errors import MisconfigurationError, TrainingInterrupted
+from torchplug.callbacks._validation import no_validation_reason
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.rank_zero import rank_zero_warn
@@ -255,7 +256,11 @@ class ModelCheckpoint(Callback):
         That is the file it was about to remove when it was killed, and the checkpoints it wrote
         after the one resumed from (their step, read from the name, is not earlier, and this callback
         does not track them): this run writes them again.
+
+        Also warns when this callback saves only after validation and the fit will run none: it
+        would write no checkpoint.
         """
+        self._warn_if_never_saving(trainer)
         if not self._resumed:
             return
         self._resumed = False
@@ -269,6 +274,17 @@ class ModelCheckpoint(Callback):
                 f"ModelCheckpoint: removed {len(orphans)} checkpoint(s) that the interrupted run left untracked in "
                 f"{self.dirpath} (written after the checkpoint resumed from, or due for removal): "
                 f"{', '.join(os.path.basename(p) for p in orphans)}."
+            )
+
+    def _warn_if_never_saving(self, trainer: Trainer) -> None:
+        if self._every_n_train_steps or self._saves_on_train_epoch_end(trainer):
+            return
+        reason = no_validation_reason(trainer)
+        if reason is not None:
+            rank_zero_warn(
+                f"ModelCheckpoint(dirpath={self.dirpath!r}, save_on_train_epoch_end={self._save_on_train_epoch_end}) "
+                f"saves after validation, but {reason}: it will write no checkpoint in this fit. Hint: pass "
+                "save_on_train_epoch_end=True to save at the end of each training epoch, or every_n_train_steps."
             )
 
     def _find_orphans(self, trainer: Trainer) -> list[str]:
