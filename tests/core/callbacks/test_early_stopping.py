@@ -137,6 +137,23 @@ def test_state_round_trips_through_a_checkpoint(tmp_path, make_trainer, tiny_mod
     assert float(resumed.best_score) == 0.5
 
 
+def test_a_resumed_fit_keeps_the_patience_it_was_given(tmp_path, make_trainer, tiny_model, data):
+    scores = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)
+    make_trainer(max_epochs=2, callbacks=[EarlyStopping(monitor="score", patience=2), checkpoint]).fit(
+        tiny_model(scores=scores), data(), data()
+    )  # one check without improvement so far
+
+    resumed = EarlyStopping(monitor="score", patience=4)
+    trainer = make_trainer(
+        max_epochs=6, callbacks=[resumed, ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)]
+    )
+    with pytest.warns(UserWarning, match=r"patience=4\): the checkpoint was written with patience=2; this run keeps"):
+        trainer.fit(tiny_model(scores=scores), data(), data(), ckpt_path="last")
+    assert resumed.patience == 4
+    assert resumed.stopped_epoch == 4  # the 4th check without improvement; patience=2 would have stopped in epoch 2
+
+
 def test_state_keys_differ_per_metric():
     assert EarlyStopping(monitor="a").state_key != EarlyStopping(monitor="b").state_key
 
@@ -166,11 +183,19 @@ def test_two_with_the_same_state_key_from_configure_callbacks_are_refused(make_t
 
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"mode": "avg"}, "mode='avg'"), ({"patience": -1}, "patience=-1"), ({"min_delta": -0.1}, "min_delta=-0.1")],
-    ids=["mode", "patience", "min-delta"],
+    [
+        ({"mode": "avg"}, "mode='avg'"),
+        ({"patience": -1}, "patience=-1"),
+        ({"min_delta": -0.1}, "min_delta=-0.1"),
+        ({"min_delta": math.nan}, "min_delta=nan"),
+        ({"min_delta": "0.1"}, "min_delta='0.1'"),
+        ({"stopping_threshold": "0.1"}, "stopping_threshold='0.1'"),
+        ({"divergence_threshold": math.nan}, "divergence_threshold=nan"),
+    ],
+    ids=["mode", "patience", "min-delta", "min-delta-nan", "min-delta-str", "stopping-threshold-str", "divergence-nan"],
 )
 def test_invalid_arguments(kwargs, match):
-    with pytest.raises(MisconfigurationError, match=match):
+    with pytest.raises(MisconfigurationError, match=rf"EarlyStopping\({match}\) is not valid: .*Hint"):
         EarlyStopping(monitor="val_loss", **kwargs)
 
 
