@@ -9,6 +9,7 @@ import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -111,6 +112,23 @@ def test_every_n_train_steps_saves_right_after_the_optimizer_step(tmp_path, make
     saved = torch.load(tmp_path / "step=3.ckpt", weights_only=True)
     assert saved["global_step"] == 3
     assert saved["loops"]["fit"]["batches_done"] == 6  # the batch of the 3rd step, not the one after
+
+
+@pytest.mark.parametrize(
+    ("interval", "expected"),
+    [
+        (timedelta(microseconds=1), [f"epoch=0-step={step}.ckpt" for step in range(1, 9)]),
+        (timedelta(hours=1), []),
+    ],
+    ids=["passed-at-every-step", "never-passed"],
+)
+def test_train_time_interval_saves_after_the_steps_that_end_it(
+    tmp_path, make_trainer, tiny_model, data, interval, expected
+):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, train_time_interval=interval, save_top_k=-1)
+    make_trainer(max_epochs=1, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+    assert files(tmp_path) == sorted(expected)  # and no save at the epoch's end: the interval is the schedule
 
 
 def test_validation_twice_per_epoch_saves_after_each_validation(tmp_path, make_trainer, tiny_model, data):
@@ -445,8 +463,9 @@ def test_state_key_tells_configurations_apart():
         ModelCheckpoint(monitor="b").state_key,
         ModelCheckpoint(monitor="a", mode="max").state_key,
         ModelCheckpoint(every_n_train_steps=5).state_key,
+        ModelCheckpoint(train_time_interval=timedelta(minutes=5)).state_key,
     }
-    assert len(keys) == 4
+    assert len(keys) == 5
 
 
 def test_monitor_never_logged_raises_naming_the_logged_metrics(tmp_path, make_trainer, tiny_model, data):
@@ -506,8 +525,22 @@ def test_nothing_is_saved_by_validate_or_test(tmp_path, make_trainer, tiny_model
         ({"save_last": "yes"}, "save_last='yes'"),
         ({"every_n_train_steps": -1}, "every_n_train_steps=-1"),
         ({"every_n_train_steps": 5, "every_n_epochs": 2}, "set only one of them"),
+        ({"train_time_interval": 60}, r"train_time_interval=60\) is not valid: give a datetime.timedelta.*Hint"),
+        ({"train_time_interval": timedelta(0)}, r"train_time_interval=datetime.timedelta\(0\)\) is not valid"),
+        ({"train_time_interval": timedelta(minutes=1), "every_n_epochs": 1}, "every_n_epochs=1\\): set only one"),
+        ({"train_time_interval": timedelta(minutes=1), "every_n_train_steps": 5}, "every_n_train_steps=5\\): set only"),
     ],
-    ids=["mode", "top-k", "save-last", "negative-steps", "both-intervals"],
+    ids=[
+        "mode",
+        "top-k",
+        "save-last",
+        "negative-steps",
+        "both-intervals",
+        "time-not-timedelta",
+        "time-zero",
+        "time-and-epochs",
+        "time-and-steps",
+    ],
 )
 def test_invalid_arguments_say_what_to_do(kwargs, match):
     with pytest.raises(MisconfigurationError, match=match):

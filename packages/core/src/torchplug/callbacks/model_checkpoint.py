@@ -24,6 +24,8 @@ import math
 import os
 import re
 import sys
+import time
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
@@ -72,7 +74,8 @@ class ModelCheckpoint(Callback):
         save_last: True: also write ``last.ckpt`` at every save point, so ``fit(ckpt_path="last")``
             resumes from the latest state. ``"link"``: the same (written as a copy, see the module doc).
         every_n_train_steps: Save every this many optimizer steps (instead of every epoch).
-        every_n_epochs: Save every this many epochs (default 1 when ``every_n_train_steps`` is unset).
+        every_n_epochs: Save every this many epochs (default 1 when neither ``every_n_train_steps``
+            nor ``train_time_interval`` is set).
         save_weights_only: Write only the model's weights and hyperparameters (fit cannot resume from them).
         save_on_train_epoch_end: Save at the end of the training epoch (True) or after validation
             (False). None decides as Lightning does: at the end of the training epoch unless validation
@@ -84,6 +87,10 @@ class ModelCheckpoint(Callback):
         save_on_interrupt: When SIGINT or SIGTERM stops ``fit`` (see :class:`~torchplug.TrainingInterrupted`),
             write ``<dirpath>/interrupted.ckpt`` at the step where every process stopped, to resume from
             with ``fit(ckpt_path=...)``. False: write nothing then.
+        train_time_interval: Save after the first optimizer step that ends at least this long
+            (a ``datetime.timedelta``) after training started or after the last such save; global
+            rank 0's clock decides for every process (one broadcast per step with several processes).
+            Only one of ``every_n_train_steps``, ``every_n_epochs`` and ``train_time_interval``.
 
     Attributes:
         best_model_path: The best checkpoint so far (the latest one without ``monitor``), or ``""``.
@@ -120,8 +127,9 @@ class ModelCheckpoint(Callback):
         enable_version_counter: bool = True,
         verbose: bool = False,
         save_on_interrupt: bool = True,
+        train_time_interval: timedelta | None = None,
     ) -> None:
-        _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs)
+        _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs, train_time_interval)
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
@@ -134,7 +142,12 @@ class ModelCheckpoint(Callback):
         self._save_on_train_epoch_end = save_on_train_epoch_end
         self._enable_version_counter = enable_version_counter
         self._every_n_train_steps = every_n_train_steps or 0
-        self._every_n_epochs = (1 if every_n_train_steps is None else 0) if every_n_epochs is None else every_n_epochs
+        self._train_time_interval = train_time_interval
+        self._last_time_checked: float | None = None
+        untimed = every_n_train_steps is None and train_time_interval is None
+        self._every_n_epochs = (1 if untimed else 0) if every_n_epochs is None else every_n_epochs
+        #: Whether on_train_batch_end has anything to do (read once per step, so one attribute).
+        self._saves_in_steps = bool(self._every_n_train_steps) or train_time_interval is not None
         self._user_dirpath = _normalise_dir(dirpath) if dirpath is not None else None
         self.dirpath: str | None = self._user_dirpath
         if filename is not None and filename.endswith(self.FILE_EXTENSION):
@@ -171,8 +184,7 @@ class ModelCheckpoint(Callback):
             "mode": self.mode,
             "every_n_train_steps": self._every_n_train_steps,
             "every_n_epochs": self._every_n_epochs,
-            # Lightning's key names its time-based trigger too; none is set here, so the keys match.
-            "train_time_interval": getattr(self, "_train_time_interval", None),
+            "train_time_interval": self._train_time_interval,
         }
         return f"{type(self).__qualname__}{settings!r}"
 
@@ -260,6 +272,7 @@ class ModelCheckpoint(Callback):
         Also warns when this callback saves only after validation and the fit will run none: it
         would write no checkpoint.
         """
+        self._last_time_checked = time.monotonic()
         self._warn_if_never_saving(trainer)
         if not self._resumed:
             return
@@ -277,7 +290,7 @@ class ModelCheckpoint(Callback):
             )
 
     def _warn_if_never_saving(self, trainer: Trainer) -> None:
-        if self._every_n_train_steps or self._saves_on_train_epoch_end(trainer):
+        if self._saves_in_steps or self._saves_on_train_epoch_end(trainer):
             return
         reason = no_validation_reason(trainer)
         if reason is not None:
@@ -326,18 +339,31 @@ class ModelCheckpoint(Callback):
         return re.compile(f"^{regex}(?:{version})?{re.escape(self.FILE_EXTENSION)}$")
 
     def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Save every ``every_n_train_steps`` optimizer steps (returns at once when that is not set)."""
-        every = self._every_n_train_steps
-        if not every:
+        """Save every ``every_n_train_steps`` optimizer steps, or ``train_time_interval`` (returns at once without)."""
+        if not self._saves_in_steps:
             return
-        step = trainer.global_step
-        if step % every or step == self._last_global_step_saved or self._skip(trainer):
+        step, every = trainer.global_step, self._every_n_train_steps
+        if (every and step % every) or step == self._last_global_step_saved or self._skip(trainer):
+            return
+        if not every and not self._time_is_up(trainer):  # the same decision on every process
             return
         candidates = self._candidates(trainer)
         first = self._last_first(trainer, candidates)
         self._save_topk(trainer, candidates, at_epoch_end=False)
         if not first:
             self._save_last(trainer, candidates)
+
+    def _time_is_up(self, trainer: Trainer) -> bool:
+        """Whether ``train_time_interval`` has passed since the last time-based save (rank 0's clock decides)."""
+        assert self._train_time_interval is not None
+        now = time.monotonic()
+        last = self._last_time_checked
+        due = last is not None and now - last >= self._train_time_interval.total_seconds()
+        if trainer.world_size > 1:  # the ranks' clocks differ: every process follows rank 0's decision
+            due = bool(trainer.strategy.broadcast(due))
+        if due:
+            self._last_time_checked = now
+        return due
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Save at the end of the training epoch, when that is where this run saves."""
@@ -661,7 +687,12 @@ class ModelCheckpoint(Callback):
 
 
 def _check_arguments(
-    mode: str, save_top_k: int, save_last: Any, every_n_train_steps: int | None, every_n_epochs: int | None
+    mode: str,
+    save_top_k: int,
+    save_last: Any,
+    every_n_train_steps: int | None,
+    every_n_epochs: int | None,
+    train_time_interval: Any,
 ) -> None:
     if mode not in _MODES:
         raise MisconfigurationError(
@@ -677,10 +708,24 @@ def _check_arguments(
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise MisconfigurationError(f"ModelCheckpoint({name}={value!r}): give a positive int, or 0/None.")
+    if train_time_interval is not None and (
+        not isinstance(train_time_interval, timedelta) or train_time_interval.total_seconds() <= 0
+    ):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(train_time_interval={train_time_interval!r}) is not valid: give a datetime.timedelta "
+            "longer than 0, or None. Hint: train_time_interval=timedelta(minutes=30)."
+        )
     if every_n_train_steps and every_n_epochs:
         raise MisconfigurationError(
             f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs={every_n_epochs}): set only "
             "one of them. Hint: use two ModelCheckpoint callbacks to save on both schedules."
+        )
+    if train_time_interval is not None and (every_n_train_steps or every_n_epochs):
+        given = "every_n_train_steps" if every_n_train_steps else "every_n_epochs"
+        raise MisconfigurationError(
+            f"ModelCheckpoint(train_time_interval={train_time_interval!r}, {given}="
+            f"{every_n_train_steps or every_n_epochs}): set only one of them. Hint: use two ModelCheckpoint "
+            "callbacks to save on both schedules."
         )
 
 
