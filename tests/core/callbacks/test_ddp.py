@@ -143,6 +143,18 @@ def test_timer_stops_every_rank_at_the_same_step(launch: Launch) -> None:
     assert records[0]["timer_train"] >= 1.0
 
 
+def test_train_time_interval_saves_at_the_same_steps_on_every_rank(launch: Launch) -> None:
+    out, records = launch("timer")
+
+    # rank 0's clock decides for both: the ranks write the same checkpoints (a disagreement would hang the save)
+    assert records[0]["timed_checkpoint"] == records[1]["timed_checkpoint"] != ""
+    written = sorted(path.name for path in (out / "timed").iterdir())
+    assert (
+        Path(records[0]["timed_checkpoint"]).name == written[-1] or Path(records[0]["timed_checkpoint"]).name in written
+    )
+    assert 1 <= len(written) < records[0]["global_step"]  # about one per 0.4 s of 0.15 s steps
+
+
 def test_random_pruning_gives_every_rank_the_same_mask(launch: Launch) -> None:
     _, records = launch("timer")
     weight = records[0]["state_dict"]["net.0.weight"]

@@ -88,6 +88,25 @@ def test_checks_after_each_validation_when_it_runs_twice_per_epoch(make_trainer,
     assert trainer.global_step == 4  # stopped at the first validation, mid-epoch
 
 
+@pytest.mark.parametrize(
+    ("stopping_kwargs", "trainer_kwargs", "with_validation", "reason"),
+    [
+        ({"check_on_train_epoch_end": False}, {}, False, "this fit runs no validation"),
+        ({}, {"check_val_every_n_epoch": 5}, True, "check_val_every_n_epoch=5 puts the next validation in epoch 4"),
+    ],
+    ids=["check-after-validation-without-validation", "validation-after-max-epochs"],
+)
+def test_checking_only_after_a_validation_that_never_runs_is_warned(
+    make_trainer, tiny_model, data, stopping_kwargs, trainer_kwargs, with_validation, reason
+):
+    stopping = EarlyStopping(monitor="train_loss", patience=0, **stopping_kwargs)
+    trainer = make_trainer(max_epochs=3, callbacks=[stopping], enable_checkpointing=False, **trainer_kwargs)
+    loaders = (data(), data()) if with_validation else (data(),)
+    with pytest.warns(UserWarning, match=rf"checks after validation, but {reason}.*never stop this fit.*Hint"):
+        trainer.fit(tiny_model(), *loaders)
+    assert trainer.current_epoch == 3  # patience=0 would have stopped it after the first check
+
+
 def test_missing_metric_raises_or_warns(make_trainer, tiny_model, data):
     trainer = make_trainer(max_epochs=2, callbacks=[EarlyStopping(monitor="val_acc")])
     with pytest.raises(MisconfigurationError, match=r"monitor='val_acc'.*Logged metrics: .*val_loss.*strict=False"):
@@ -118,17 +137,65 @@ def test_state_round_trips_through_a_checkpoint(tmp_path, make_trainer, tiny_mod
     assert float(resumed.best_score) == 0.5
 
 
+def test_a_resumed_fit_keeps_the_patience_it_was_given(tmp_path, make_trainer, tiny_model, data):
+    scores = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)
+    make_trainer(max_epochs=2, callbacks=[EarlyStopping(monitor="score", patience=2), checkpoint]).fit(
+        tiny_model(scores=scores), data(), data()
+    )  # one check without improvement so far
+
+    resumed = EarlyStopping(monitor="score", patience=4)
+    trainer = make_trainer(
+        max_epochs=6, callbacks=[resumed, ModelCheckpoint(dirpath=tmp_path, save_last=True, save_top_k=0)]
+    )
+    with pytest.warns(UserWarning, match=r"patience=4\): the checkpoint was written with patience=2; this run keeps"):
+        trainer.fit(tiny_model(scores=scores), data(), data(), ckpt_path="last")
+    assert resumed.patience == 4
+    assert resumed.stopped_epoch == 4  # the 4th check without improvement; patience=2 would have stopped in epoch 2
+
+
 def test_state_keys_differ_per_metric():
     assert EarlyStopping(monitor="a").state_key != EarlyStopping(monitor="b").state_key
 
 
+def test_two_with_the_same_state_key_are_refused(make_trainer):
+    # A checkpoint would hold one of the two states, and a resume would give it to both.
+    impatient, patient = EarlyStopping(monitor="val_loss", patience=1), EarlyStopping(monitor="val_loss", patience=5)
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"callbacks= holds EarlyStopping\(.*patience=1.*\) and EarlyStopping\(.*patience=5.*\), which both keep "
+        r"their state in checkpoints under state_key=.*Hint: make them differ",
+    ):
+        make_trainer(callbacks=[impatient, patient])
+
+    make_trainer(callbacks=[impatient, EarlyStopping(monitor="val_loss", mode="max")])  # keys differ: accepted
+
+
+def test_two_with_the_same_state_key_from_configure_callbacks_are_refused(make_trainer, tiny_model, data):
+    class TwoStoppers(type(tiny_model())):
+        def configure_callbacks(self):
+            return [EarlyStopping(monitor="val_loss", patience=1), EarlyStopping(monitor="val_loss", patience=5)]
+
+    trainer = make_trainer(max_epochs=1)
+    with pytest.raises(MisconfigurationError, match=r"callbacks= with TwoStoppers.configure_callbacks\(\) holds"):
+        trainer.fit(TwoStoppers(), data(), data())
+
+
 @pytest.mark.parametrize(
     ("kwargs", "match"),
-    [({"mode": "avg"}, "mode='avg'"), ({"patience": -1}, "patience=-1"), ({"min_delta": -0.1}, "min_delta=-0.1")],
-    ids=["mode", "patience", "min-delta"],
+    [
+        ({"mode": "avg"}, "mode='avg'"),
+        ({"patience": -1}, "patience=-1"),
+        ({"min_delta": -0.1}, "min_delta=-0.1"),
+        ({"min_delta": math.nan}, "min_delta=nan"),
+        ({"min_delta": "0.1"}, "min_delta='0.1'"),
+        ({"stopping_threshold": "0.1"}, "stopping_threshold='0.1'"),
+        ({"divergence_threshold": math.nan}, "divergence_threshold=nan"),
+    ],
+    ids=["mode", "patience", "min-delta", "min-delta-nan", "min-delta-str", "stopping-threshold-str", "divergence-nan"],
 )
 def test_invalid_arguments(kwargs, match):
-    with pytest.raises(MisconfigurationError, match=match):
+    with pytest.raises(MisconfigurationError, match=rf"EarlyStopping\({match}\) is not valid: .*Hint"):
         EarlyStopping(monitor="val_loss", **kwargs)
 
 

@@ -93,6 +93,22 @@ def test_a_model_without_a_backbone_is_refused(make_trainer, tiny_model, data):
         make_trainer(max_epochs=1, callbacks=[BackboneFinetuning()]).fit(tiny_model(), data())
 
 
+@pytest.mark.parametrize("epoch", [-1, 1.5, None], ids=["negative", "float", "none"])
+def test_an_unfreeze_epoch_that_is_not_an_int_from_0_is_refused(epoch):
+    # -1 failed with a bare AssertionError at the first epoch
+    with pytest.raises(MisconfigurationError, match=rf"unfreeze_backbone_at_epoch={epoch!r}\) is not valid.*Hint"):
+        BackboneFinetuning(unfreeze_backbone_at_epoch=epoch)
+
+
+def test_an_unfreeze_epoch_after_the_last_is_warned_about(make_trainer):
+    model = TransferModel()
+    with pytest.warns(UserWarning, match=r"unfreeze_backbone_at_epoch=3\) unfreezes the backbone after the last epoch"):
+        make_trainer(max_epochs=3, callbacks=[BackboneFinetuning(unfreeze_backbone_at_epoch=3)]).fit(
+            model, regression_data()
+        )
+    assert not model.backbone[0].weight.requires_grad
+
+
 def test_a_custom_finetuning_callback(make_trainer):
     class HeadLater(BaseFinetuning):
         def freeze_before_training(self, module):

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import io
 import os
+import re
 import threading
 import time
 import uuid
 from concurrent.futures import Future, ThreadPoolExecutor
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +112,23 @@ def test_every_n_train_steps_saves_right_after_the_optimizer_step(tmp_path, make
     saved = torch.load(tmp_path / "step=3.ckpt", weights_only=True)
     assert saved["global_step"] == 3
     assert saved["loops"]["fit"]["batches_done"] == 6  # the batch of the 3rd step, not the one after
+
+
+@pytest.mark.parametrize(
+    ("interval", "expected"),
+    [
+        (timedelta(microseconds=1), [f"epoch=0-step={step}.ckpt" for step in range(1, 9)]),
+        (timedelta(hours=1), []),
+    ],
+    ids=["passed-at-every-step", "never-passed"],
+)
+def test_train_time_interval_saves_after_the_steps_that_end_it(
+    tmp_path, make_trainer, tiny_model, data, interval, expected
+):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, train_time_interval=interval, save_top_k=-1)
+    make_trainer(max_epochs=1, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+    assert files(tmp_path) == sorted(expected)  # and no save at the epoch's end: the interval is the schedule
 
 
 def test_validation_twice_per_epoch_saves_after_each_validation(tmp_path, make_trainer, tiny_model, data):
@@ -283,6 +302,80 @@ def test_filename_templates(filename, auto_insert, metrics, expected):
     assert checkpoint.format_checkpoint_name(metrics) == f"memory://x/{expected}"
 
 
+@pytest.mark.parametrize("filename", ["{epoch", "{epoch}-{}", "{val_loss:.2q}"], ids=["unclosed", "empty", "format"])
+def test_a_filename_that_cannot_be_filled_in_is_refused_at_once(filename):
+    with pytest.raises(
+        MisconfigurationError, match=rf"ModelCheckpoint\(filename='{re.escape(filename)}'\) is not valid.*Hint"
+    ):
+        ModelCheckpoint(filename=filename)
+
+
+def test_a_filename_format_that_does_not_fit_the_metric_names_the_template(tmp_path, make_trainer, tiny_model, data):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}-{val_loss:d}")
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"filename='\{epoch\}-\{val_loss:d\}'\) is not valid: ValueError: Unknown format code 'd'.*'val_loss': ",
+    ):
+        make_trainer(max_epochs=1, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+
+def test_a_filename_metric_that_is_never_logged_reads_0_with_one_warning(tmp_path, make_trainer, tiny_model, data):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}-{val_acc:.2f}", save_top_k=-1)
+    with pytest.warns(UserWarning, match=r"the metric 'val_acc' is not logged \(logged: .*val_loss\).*Hint") as seen:
+        make_trainer(max_epochs=2, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+    assert files(tmp_path) == ["epoch=0-val_acc=0.00.ckpt", "epoch=1-val_acc=0.00.ckpt"]
+    assert len([w for w in seen if "is not logged" in str(w.message)]) == 1
+
+
+def test_a_filename_metric_not_logged_yet_before_validation_is_not_warned(
+    tmp_path, make_trainer, tiny_model, data, recwarn
+):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{step}-{val_loss:.1f}", every_n_train_steps=4)
+    make_trainer(max_epochs=1, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+    assert files(tmp_path) == ["step=8-val_loss=0.0.ckpt"]  # saved (as at step 4) before validation logged it
+    assert not [w for w in recwarn if "is not logged" in str(w.message)]
+
+
+def test_a_dirpath_that_is_a_file_is_refused_when_fit_starts(tmp_path, make_trainer, tiny_model, data):
+    (tmp_path / "ckpts").write_text("not a directory")
+    trainer = make_trainer(max_epochs=1, callbacks=[ModelCheckpoint(dirpath=tmp_path / "ckpts")])
+    with pytest.raises(
+        MisconfigurationError, match=r"ModelCheckpoint\(dirpath='.*ckpts'\) is not valid: it is a file.*Hint"
+    ):
+        trainer.fit(tiny_model(), data(), data())
+    assert trainer.global_step == 0
+
+
+@pytest.mark.parametrize(
+    ("checkpoint_kwargs", "trainer_kwargs", "with_validation", "reason"),
+    [
+        ({"save_on_train_epoch_end": False}, {}, False, "this fit runs no validation"),
+        ({}, {"check_val_every_n_epoch": 3}, True, "check_val_every_n_epoch=3 puts the next validation in epoch 2"),
+        ({"save_on_train_epoch_end": False}, {"limit_val_batches": 0}, True, "this fit runs no validation"),
+    ],
+    ids=["save-after-validation-without-validation", "validation-after-max-epochs", "limit-val-batches-0"],
+)
+def test_saving_only_after_a_validation_that_never_runs_is_warned(
+    tmp_path, make_trainer, tiny_model, data, checkpoint_kwargs, trainer_kwargs, with_validation, reason
+):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True, **checkpoint_kwargs)
+    trainer = make_trainer(max_epochs=2, callbacks=[checkpoint], **trainer_kwargs)
+    loaders = (data(), data()) if with_validation else (data(),)
+    with pytest.warns(UserWarning, match=rf"saves after validation, but {reason}.*write no checkpoint.*Hint"):
+        trainer.fit(tiny_model(), *loaders)
+    assert files(tmp_path) == []
+
+
+def test_saving_after_a_validation_that_runs_is_not_warned(tmp_path, make_trainer, tiny_model, data, recwarn):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_on_train_epoch_end=False)
+    make_trainer(max_epochs=2, check_val_every_n_epoch=2, callbacks=[checkpoint]).fit(tiny_model(), data(), data())
+
+    assert files(tmp_path) == ["epoch=1-step=16.ckpt"]
+    assert not [w for w in recwarn if "saves after validation" in str(w.message)]
+
+
 def test_version_counter_adds_v1_for_a_name_taken(tmp_path, make_trainer, tiny_model, data):
     for _ in range(2):
         checkpoint = ModelCheckpoint(dirpath=tmp_path, filename="{epoch}", save_last=True)
@@ -370,8 +463,9 @@ def test_state_key_tells_configurations_apart():
         ModelCheckpoint(monitor="b").state_key,
         ModelCheckpoint(monitor="a", mode="max").state_key,
         ModelCheckpoint(every_n_train_steps=5).state_key,
+        ModelCheckpoint(train_time_interval=timedelta(minutes=5)).state_key,
     }
-    assert len(keys) == 4
+    assert len(keys) == 5
 
 
 def test_monitor_never_logged_raises_naming_the_logged_metrics(tmp_path, make_trainer, tiny_model, data):
@@ -431,8 +525,22 @@ def test_nothing_is_saved_by_validate_or_test(tmp_path, make_trainer, tiny_model
         ({"save_last": "yes"}, "save_last='yes'"),
         ({"every_n_train_steps": -1}, "every_n_train_steps=-1"),
         ({"every_n_train_steps": 5, "every_n_epochs": 2}, "set only one of them"),
+        ({"train_time_interval": 60}, r"train_time_interval=60\) is not valid: give a datetime.timedelta.*Hint"),
+        ({"train_time_interval": timedelta(0)}, r"train_time_interval=datetime.timedelta\(0\)\) is not valid"),
+        ({"train_time_interval": timedelta(minutes=1), "every_n_epochs": 1}, "every_n_epochs=1\\): set only one"),
+        ({"train_time_interval": timedelta(minutes=1), "every_n_train_steps": 5}, "every_n_train_steps=5\\): set only"),
     ],
-    ids=["mode", "top-k", "save-last", "negative-steps", "both-intervals"],
+    ids=[
+        "mode",
+        "top-k",
+        "save-last",
+        "negative-steps",
+        "both-intervals",
+        "time-not-timedelta",
+        "time-zero",
+        "time-and-epochs",
+        "time-and-steps",
+    ],
 )
 def test_invalid_arguments_say_what_to_do(kwargs, match):
     with pytest.raises(MisconfigurationError, match=match):

@@ -111,7 +111,12 @@ def test_stopped_before_the_end_the_model_keeps_its_own_weights(make_trainer, ti
     trainer = make_trainer(
         max_epochs=5, max_steps=20, callbacks=[StochasticWeightAveraging(swa_lrs=0.01, swa_epoch_start=1)]
     )
-    trainer.fit(model, data())
+    with pytest.warns(
+        UserWarning,
+        match=r"training stopped after epoch 2, before the last SWA epoch 4 \(max_epochs=5\), so the model keeps its "
+        r"own weights; the average of 3 epoch\(s\) is in average_model. Hint",
+    ):
+        trainer.fit(model, data())
     swa = trainer.callbacks[0]
     assert not all(torch.equal(a, b) for a, b in zip(swa.average_model.parameters(), model.parameters()))
 
@@ -123,12 +128,22 @@ def test_stopped_before_the_end_the_model_keeps_its_own_weights(make_trainer, ti
         ({"swa_lrs": 0.1, "swa_epoch_start": 0}, "an int epoch is 1-based"),
         ({"swa_lrs": 0.1, "swa_epoch_start": 1.5}, "a float is a fraction of max_epochs"),
         ({"swa_lrs": 0.1, "annealing_strategy": "step"}, "choose 'cos' or 'linear'"),
+        ({"swa_lrs": 0.1, "annealing_epochs": 2.5}, r"annealing_epochs=2.5\) is not valid: give an int >= 0"),
+        ({"swa_lrs": 0.1, "annealing_epochs": -1}, r"annealing_epochs=-1\) is not valid"),
     ],
-    ids=["negative-lr", "epoch-0", "fraction-above-1", "unknown-annealing"],
+    ids=["negative-lr", "epoch-0", "fraction-above-1", "unknown-annealing", "annealing-float", "annealing-negative"],
 )
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(MisconfigurationError, match=message):
         StochasticWeightAveraging(**kwargs)
+
+
+def test_a_start_after_the_last_epoch_is_warned_and_averages_nothing(make_trainer, tiny_model, data):
+    model = tiny_model()
+    swa = StochasticWeightAveraging(swa_lrs=0.01, swa_epoch_start=4)
+    with pytest.warns(UserWarning, match=r"swa_epoch_start=4\) starts in epoch 3 .*max_epochs=3: no weights"):
+        make_trainer(max_epochs=3, callbacks=[swa]).fit(model, data())
+    assert swa.n_averaged is None
 
 
 def test_several_optimizers_are_refused(make_trainer, tiny_model, data):

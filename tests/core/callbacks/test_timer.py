@@ -62,8 +62,15 @@ def test_a_resumed_fit_counts_the_time_already_spent(tmp_path, make_trainer, tin
 
 @pytest.mark.parametrize(
     ("duration", "seconds"),
-    [("01:02:03:04", 93784.0), (timedelta(minutes=2), 120.0), ({"hours": 1, "minutes": 30}, 5400.0), (None, None)],
-    ids=["DD:HH:MM:SS", "timedelta", "dict", "none"],
+    [
+        ("01:02:03:04", 93784.0),
+        ("0:1:30:0", 5400.0),
+        ("00:36:00:00", 129600.0),
+        (timedelta(minutes=2), 120.0),
+        ({"hours": 1, "minutes": 30}, 5400.0),
+        (None, None),
+    ],
+    ids=["DD:HH:MM:SS", "one-digit-fields", "36-hours", "timedelta", "dict", "none"],
 )
 def test_durations(duration: Any, seconds: float | None):
     assert Timer(duration=duration).duration == seconds

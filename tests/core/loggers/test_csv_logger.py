@@ -3,10 +3,19 @@
 from __future__ import annotations
 
 import csv
+import enum
+import os
 
+import numpy as np
+import pytest
+import torch
 import yaml
+from torch.utils.data import DataLoader, TensorDataset
 
+from tests.core.loggers.conftest import LoggingModel
+from torchplug._errors import MisconfigurationError
 from torchplug.loggers.csv_logs import CSVLogger
+from torchplug.trainer.trainer import Trainer
 
 
 def test_metrics_csv_has_step_and_epoch_columns(tmp_path, fit_with):
@@ -39,3 +48,87 @@ def test_each_run_gets_the_next_version(tmp_path, fit_with):
     fit_with(first, enable_checkpointing=False, max_epochs=1)
     fit_with(second, enable_checkpointing=False, max_epochs=1)
     assert (first.version, second.version) == (0, 1)
+
+
+class _Colour(enum.Enum):
+    RED = "red"
+
+
+class _Level(enum.IntEnum):
+    HIGH = 3
+
+
+def test_hparams_yaml_writes_library_numbers_nested_objects_and_enums_as_plain_data(tmp_path):
+    logger = CSVLogger(tmp_path)
+    logger.log_hyperparams(
+        {
+            "lr": np.float64(0.01),
+            "layers": np.int64(3),
+            "scale": torch.tensor(0.5),
+            "class_weights": torch.tensor([1.0, 2.0]),
+            "optimizer": {"betas": (0.9, 0.99), "cls": torch.optim.SGD, "eps": [np.float32(0.5)]},
+            "colour": _Colour.RED,
+            "level": _Level.HIGH,
+            "shape": (4, 1),
+        }
+    )
+
+    with open(f"{logger.log_dir}/hparams.yaml") as stream:
+        written = yaml.safe_load(stream)
+    assert written == {
+        "lr": 0.01,
+        "layers": 3,
+        "scale": 0.5,
+        "class_weights": "tensor([1., 2.])",
+        "optimizer": {"betas": [0.9, 0.99], "cls": repr(torch.optim.SGD), "eps": [0.5]},
+        "colour": "red",
+        "level": 3,
+        "shape": [4, 1],
+    }
+
+
+def test_fit_logs_a_numpy_hyperparameter(tmp_path):
+    torch.manual_seed(0)
+    x = torch.randn(8, 4)
+    loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=4)
+    logger = CSVLogger(tmp_path)
+    trainer = Trainer(accelerator="cpu", logger=logger, max_epochs=1, enable_progress_bar=False)
+    trainer.fit(LoggingModel(lr=np.float64(0.01)), loader)
+
+    with open(f"{logger.log_dir}/hparams.yaml") as stream:
+        assert yaml.safe_load(stream)["lr"] == 0.01
+
+
+def test_a_version_with_metrics_already_is_replaced_with_a_warning(tmp_path):
+    earlier = CSVLogger(tmp_path, name="exp")
+    earlier.log_metrics({"a": 1.0}, 0)
+    earlier.save()
+
+    again = CSVLogger(tmp_path, name="exp", version=0)
+    again.log_metrics({"b": 2.0}, 5)
+    with pytest.warns(UserWarning, match=r"CSVLogger\(version=0\): .*exp/version_0/metrics.csv exists already.*Hint"):
+        again.save()
+    again.log_metrics({"b": 3.0}, 6)
+    again.save()  # warned once, at the first write
+
+    with open(again.metrics_file, newline="") as stream:
+        assert list(csv.DictReader(stream)) == [{"step": "5", "b": "2.0"}, {"step": "6", "b": "3.0"}]
+
+
+@pytest.mark.parametrize("name", [None, ""], ids=["None", "empty"])
+def test_no_name_puts_the_versions_in_save_dir(tmp_path, name):
+    os.makedirs(tmp_path / "version_0")
+    logger = CSVLogger(tmp_path, name=name)
+    logger.log_metrics({"a": 1.0}, 0)
+    logger.save()
+
+    assert logger.log_dir == f"{tmp_path}/version_1"
+    assert sorted(os.listdir(tmp_path)) == ["version_0", "version_1"]
+
+
+@pytest.mark.parametrize("every", [0, -5, "10", 2.5, True], ids=["zero", "negative", "str", "float", "bool"])
+def test_flush_logs_every_n_steps_must_be_a_positive_int(tmp_path, every):
+    with pytest.raises(
+        MisconfigurationError, match=rf"CSVLogger\(flush_logs_every_n_steps={every!r}\) is not valid.*Hint"
+    ):
+        CSVLogger(tmp_path, flush_logs_every_n_steps=every)

@@ -9,8 +9,12 @@ import sys
 
 import pytest
 import torch
+from torch.utils.data import DataLoader, TensorDataset
 
+from tests.core.loggers.conftest import LoggingModel
+from torchplug._errors import MisconfigurationError
 from torchplug.loggers import TensorBoardLogger
+from torchplug.trainer.trainer import Trainer
 
 HAS_TENSORBOARD = importlib.util.find_spec("tensorboard") is not None
 needs_tensorboard = pytest.mark.skipif(
@@ -93,3 +97,61 @@ def test_the_scalars_of_one_call_are_one_event_read_back_as_each_scalar(tmp_path
     (events_file,) = glob.glob(f"{logger.log_dir}/events.out.tfevents.*")
     summaries = [event.summary for event in EventFileLoader(events_file).Load() if event.HasField("summary")]
     assert [[value.tag for value in summary.value] for summary in summaries] == [["a", "b", "c"], ["a"]]
+
+
+class _GraphModel(LoggingModel):
+    """A LoggingModel with a ``forward`` and, unless ``example`` is None, an ``example_input_array``."""
+
+    def __init__(self, example: torch.Tensor | None) -> None:
+        super().__init__()
+        self.example_input_array = example
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.layer(x)
+
+
+def _fit_for_graph(logger: TensorBoardLogger, model: LoggingModel) -> None:
+    x = torch.randn(8, 4)
+    loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=4)
+    Trainer(accelerator="cpu", logger=logger, max_epochs=1, enable_progress_bar=False).fit(model, loader)
+
+
+def _has_graph(log_dir: str) -> bool:
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(log_dir)
+    events.Reload()
+    return bool(events.Tags()["graph"])
+
+
+@needs_tensorboard
+@pytest.mark.parametrize("log_graph", [True, False], ids=["log-graph", "default"])
+def test_log_graph_adds_the_model_graph_when_fit_starts(tmp_path, log_graph):
+    logger = TensorBoardLogger(tmp_path, log_graph=log_graph)
+    _fit_for_graph(logger, _GraphModel(torch.randn(2, 4)))
+
+    assert _has_graph(logger.log_dir) is log_graph
+
+
+@needs_tensorboard
+def test_log_graph_without_an_example_input_warns(tmp_path):
+    logger = TensorBoardLogger(tmp_path, log_graph=True)
+    with pytest.warns(UserWarning, match=r"log_graph=True\) logs no graph: the input to trace it with is none.*Hint"):
+        _fit_for_graph(logger, _GraphModel(None))
+
+    assert not _has_graph(logger.log_dir)
+
+
+@needs_tensorboard
+@pytest.mark.parametrize(
+    ("kwargs", "named"),
+    [({"flush_sec": 5}, "flush_sec=5"), ({"log_dir": "elsewhere"}, "log_dir='elsewhere'")],
+    ids=["typo", "log-dir"],
+)
+def test_writer_keywords_that_summary_writer_does_not_take_are_refused_at_once(tmp_path, kwargs, named):
+    with pytest.raises(
+        MisconfigurationError, match=rf"TensorBoardLogger\({named}\) is not valid: .*takes comment, .*flush_secs.*Hint"
+    ):
+        TensorBoardLogger(tmp_path, **kwargs)
+
+    TensorBoardLogger(tmp_path, flush_secs=5, max_queue=3)  # SummaryWriter's own keywords: accepted

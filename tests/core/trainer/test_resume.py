@@ -137,3 +137,26 @@ def test_fit_with_a_missing_checkpoint_names_it(trainer_args: Callable[..., Any]
     trainer = torchplug.Trainer(**trainer_args(max_epochs=1))
     with pytest.raises(FileNotFoundError, match=r"nope\.ckpt"):
         trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=str(tmp_path / "nope.ckpt"))
+
+
+def test_a_callback_state_that_no_callback_takes_is_warned_about(tmp_path: Path, recwarn: Any) -> None:
+    from torchplug.callbacks import EarlyStopping, ModelCheckpoint
+
+    def trainer(stopping: EarlyStopping, epochs: int) -> torchplug.Trainer:
+        checkpoint = ModelCheckpoint(dirpath=tmp_path, save_last=True)
+        return torchplug.Trainer(
+            **quiet(max_epochs=epochs, callbacks=[stopping, checkpoint], enable_checkpointing=True)
+        )
+
+    trainer(EarlyStopping(monitor="val_loss", patience=5), 1).fit(Classifier(), datamodule=BlobData())
+    last = str(tmp_path / "last.ckpt")
+    trainer(EarlyStopping(monitor="val_loss", patience=5), 2).fit(Classifier(), datamodule=BlobData(), ckpt_path=last)
+    assert not [w for w in recwarn if "not restored" in str(w.message)]  # the same callbacks: every state taken
+
+    renamed = EarlyStopping(monitor="val_acc", mode="max", patience=5)
+    with pytest.warns(
+        UserWarning,
+        match=r"The checkpoint '.*last.ckpt' holds the state of callbacks that this Trainer does not have, so it is "
+        r"not restored: EarlyStopping\{'monitor': 'val_loss', 'mode': 'min'\}. Hint",
+    ):
+        trainer(renamed, 3).fit(Classifier(), datamodule=BlobData(), ckpt_path=last)

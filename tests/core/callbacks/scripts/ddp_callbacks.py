@@ -11,6 +11,7 @@ import argparse
 import os
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -111,7 +112,8 @@ def scenario_callbacks(name: str, out: Path) -> list[Any]:
     if name == "spike":
         return [SpikeDetection(exclude_batches_path=str(out / "skip.json"))]
     if name == "timer":
-        return [Timer(duration={"seconds": 1}), ModelPruning("random_unstructured", amount=0.3), Writer(out)]
+        timed = ModelCheckpoint(dirpath=str(out / "timed"), train_time_interval=timedelta(seconds=0.4), save_top_k=-1)
+        return [Timer(duration={"seconds": 1}), ModelPruning("random_unstructured", amount=0.3), Writer(out), timed]
     if name == "finetune":
         return [BackboneFinetuning(unfreeze_backbone_at_epoch=1)]
     raise SystemExit(f"unknown scenario {name!r}")
@@ -177,7 +179,7 @@ def main() -> None:
         max_epochs=4 if name.startswith("swa") or name == "finetune" else (20 if name == "timer" else 2),
         logger=CSVLogger(str(out / "logs")) if name == "ema" else False,
         callbacks=callbacks,
-        enable_checkpointing=name.startswith("swa"),
+        enable_checkpointing=name.startswith("swa") or name == "timer",
         enable_progress_bar=False,
         num_sanity_val_steps=0,
         log_every_n_steps=1,
@@ -201,6 +203,7 @@ def main() -> None:
         record["timer_train"] = callbacks[4].time_elapsed("train")
     if name == "timer":
         record["timer_train"] = callbacks[0].time_elapsed("train")
+        record["timed_checkpoint"] = callbacks[3].best_model_path  # the latest
         loader = common.loader(30, 4, shuffle=False)
         trainer.predict(model, loader, return_predictions=False)
     # Atomically: in the scenarios that fail on purpose the launcher may stop rank 1 while it writes.

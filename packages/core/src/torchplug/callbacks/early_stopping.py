@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from torchplug._errors import MisconfigurationError
+from torchplug.callbacks._validation import no_validation_reason
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.rank_zero import rank_zero_warn
@@ -38,7 +39,8 @@ class EarlyStopping(Callback):
     Args:
         monitor: The logged metric to watch (``self.log("val_loss", ...)``).
         min_delta: The smallest change that counts as an improvement.
-        patience: Checks without improvement before stopping.
+        patience: Checks without improvement before stopping (a resumed fit keeps this value,
+            with a warning when the checkpoint was written with another).
         mode: ``"min"`` (lower is better) or ``"max"``.
         strict: Raise when ``monitor`` was not logged (False: warn and skip the check).
         check_finite: Stop when the value becomes NaN or infinite.
@@ -48,6 +50,10 @@ class EarlyStopping(Callback):
             validation (False). None: at the end of the training epoch when validation runs exactly
             once per epoch (or not at all), as Lightning decides.
         verbose: Print the reason of every improvement and of the stop (global rank 0).
+
+    Raises:
+        MisconfigurationError: An unknown ``mode``, a ``patience`` that is not an int >= 0, a
+            ``min_delta`` that is not a finite number >= 0, or a threshold that is not a number.
 
     Attributes:
         wait_count: Checks since the last improvement.
@@ -72,14 +78,7 @@ class EarlyStopping(Callback):
         check_on_train_epoch_end: bool | None = None,
         verbose: bool = False,
     ) -> None:
-        if mode not in _MODES:
-            raise MisconfigurationError(f"EarlyStopping(mode={mode!r}): choose 'min' (lower is better) or 'max'.")
-        if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
-            raise MisconfigurationError(f"EarlyStopping(patience={patience!r}): give the number of checks to wait.")
-        if min_delta < 0:
-            raise MisconfigurationError(
-                f"EarlyStopping(min_delta={min_delta!r}): give the smallest improvement that counts, a number >= 0."
-            )
+        _check_arguments(mode, patience, min_delta, stopping_threshold, divergence_threshold)
         self.monitor = monitor
         self.min_delta = float(min_delta)
         self.patience = patience
@@ -113,11 +112,20 @@ class EarlyStopping(Callback):
         }
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
-        """Restore what :meth:`state_dict` returned."""
+        """Restore what :meth:`state_dict` returned, but ``patience``: the one this callback was given stays.
+
+        A checkpoint written with another ``patience`` is said so in a warning, naming both.
+        """
         self.wait_count = int(state_dict["wait_count"])
         self.stopped_epoch = int(state_dict["stopped_epoch"])
         self.best_score = torch.as_tensor(state_dict["best_score"])
-        self.patience = int(state_dict["patience"])
+        saved = int(state_dict["patience"])
+        if saved != self.patience:
+            rank_zero_warn(
+                f"EarlyStopping(monitor={self.monitor!r}, patience={self.patience}): the checkpoint was written with "
+                f"patience={saved}; this run keeps patience={self.patience} (and the checkpoint's count of "
+                f"{self.wait_count} checks without improvement)."
+            )
 
     # -- hooks ------------------------------------------------------------------------------------
 
@@ -130,6 +138,17 @@ class EarlyStopping(Callback):
             )
         else:
             self._on_epoch_end = self._check_on_train_epoch_end
+
+    def on_train_start(self, trainer: Trainer, module: Module) -> None:
+        """Warn when the check runs after validation and this fit will run none: it would never stop training."""
+        reason = None if self._on_epoch_end else no_validation_reason(trainer)
+        if reason is not None:
+            rank_zero_warn(
+                f"EarlyStopping(monitor={self.monitor!r}, check_on_train_epoch_end={self._check_on_train_epoch_end}) "
+                f"checks after validation, but {reason}: it will never stop this fit. Hint: pass "
+                "check_on_train_epoch_end=True to check at the end of each training epoch (a metric logged in "
+                "training), or let validation run."
+            )
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Check at the end of the training epoch, when that is where this run checks."""
@@ -215,3 +234,33 @@ class EarlyStopping(Callback):
             f"EarlyStopping(monitor={self.monitor!r}, mode={self.mode!r}, patience={self.patience}, "
             f"min_delta={self.min_delta})"
         )
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value)
+
+
+def _check_arguments(
+    mode: str, patience: int, min_delta: float, stopping_threshold: float | None, divergence_threshold: float | None
+) -> None:
+    if mode not in _MODES:
+        raise MisconfigurationError(
+            f"EarlyStopping(mode={mode!r}) is not valid: choose 'min' or 'max'. Hint: 'min' when lower is better "
+            "(a loss), 'max' when higher is (an accuracy)."
+        )
+    if isinstance(patience, bool) or not isinstance(patience, int) or patience < 0:
+        raise MisconfigurationError(
+            f"EarlyStopping(patience={patience!r}) is not valid: give an int >= 0, the number of checks without "
+            "improvement before training stops. Hint: 0 stops at the first check without improvement."
+        )
+    if not _is_number(min_delta) or min_delta < 0 or math.isinf(min_delta):
+        raise MisconfigurationError(
+            f"EarlyStopping(min_delta={min_delta!r}) is not valid: give the smallest improvement that counts, a "
+            "finite number >= 0. Hint: mode='min' or 'max' says in which direction it counts."
+        )
+    for name, value in (("stopping_threshold", stopping_threshold), ("divergence_threshold", divergence_threshold)):
+        if value is not None and not _is_number(value):
+            raise MisconfigurationError(
+                f"EarlyStopping({name}={value!r}) is not valid: give a number (or None), compared with the monitored "
+                "value. Hint: pass a float, for example 0.01."
+            )

@@ -271,7 +271,8 @@ class BackboneFinetuning(BaseFinetuning):
         >>> Trainer(callbacks=[BackboneFinetuning(unfreeze_backbone_at_epoch=5)])
 
     Args:
-        unfreeze_backbone_at_epoch: The epoch (0-based) the backbone starts training in.
+        unfreeze_backbone_at_epoch: The epoch (0-based, an int >= 0) the backbone starts training in; one
+            after the last epoch is warned about when ``fit`` starts.
         lambda_func: ``epoch -> factor`` applied to the backbone's learning rate each later epoch.
         backbone_initial_ratio_lr: The backbone's first learning rate relative to the model's.
         backbone_initial_lr: The backbone's first learning rate (wins over the ratio).
@@ -294,6 +295,12 @@ class BackboneFinetuning(BaseFinetuning):
         verbose: bool = False,
         rounding: int = 12,
     ) -> None:
+        epoch = unfreeze_backbone_at_epoch
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise MisconfigurationError(
+                f"BackboneFinetuning(unfreeze_backbone_at_epoch={epoch!r}) is not valid: give an int >= 0, the epoch "
+                "(counting from 0) the backbone starts training in. Hint: 0 trains it from the start."
+            )
         super().__init__()
         self.unfreeze_backbone_at_epoch = unfreeze_backbone_at_epoch
         self.lambda_func = lambda_func
@@ -316,6 +323,18 @@ class BackboneFinetuning(BaseFinetuning):
         """Restore the parameter groups and the backbone's last learning rate."""
         self.previous_backbone_lr = state_dict["previous_backbone_lr"]
         super().load_state_dict(state_dict)
+
+    @override
+    def on_fit_start(self, trainer: Trainer, module: Module) -> None:
+        """Warn when the backbone would unfreeze after the last epoch (it would never train)."""
+        super().on_fit_start(trainer, module)
+        max_epochs = trainer.max_epochs
+        if max_epochs is not None and max_epochs != -1 and self.unfreeze_backbone_at_epoch >= max_epochs:
+            rank_zero_warn(
+                f"BackboneFinetuning(unfreeze_backbone_at_epoch={self.unfreeze_backbone_at_epoch}) unfreezes the "
+                f"backbone after the last epoch of max_epochs={max_epochs}: it stays frozen in this fit. Hint: give "
+                "an earlier epoch (counting from 0)."
+            )
 
     @override
     def freeze_before_training(self, module: Module) -> None:

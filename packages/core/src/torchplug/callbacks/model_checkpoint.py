@@ -24,11 +24,14 @@ import math
 import os
 import re
 import sys
+import time
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
 from torchplug._errors import MisconfigurationError, TrainingInterrupted
+from torchplug.callbacks._validation import no_validation_reason
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.rank_zero import rank_zero_warn
@@ -56,10 +59,13 @@ class ModelCheckpoint(Callback):
 
     Args:
         dirpath: Where to write: a local path or any fsspec URL (``memory://run/ckpts``,
-            ``s3://bucket/run``). Default: ``<trainer.log_dir>/checkpoints``, decided in :meth:`setup`.
+            ``s3://bucket/run``), a directory (an existing file there is refused when ``fit`` starts).
+            Default: ``<trainer.log_dir>/checkpoints``, decided in :meth:`setup`.
         filename: A template of the file name without ``.ckpt``: ``"{epoch}-{step}"`` (default) gives
             ``epoch=0-step=100.ckpt``; ``"{epoch}-{val_loss:.2f}"`` gives ``epoch=2-val_loss=0.31.ckpt``.
-            Any logged metric, ``epoch`` and ``step`` can be used; a metric not logged yet reads as 0.
+            Any logged metric, ``epoch`` and ``step`` can be used; a metric not logged yet reads as 0
+            (with a warning once validation has run without logging it). A template that cannot be
+            filled in is refused at once.
         monitor: The logged metric that ranks checkpoints (``self.log("val_loss", ...)``). None: no
             ranking; the ``save_top_k`` most recent checkpoints are kept.
         mode: ``"min"`` (lower is better, for losses) or ``"max"`` (for accuracies).
@@ -68,7 +74,8 @@ class ModelCheckpoint(Callback):
         save_last: True: also write ``last.ckpt`` at every save point, so ``fit(ckpt_path="last")``
             resumes from the latest state. ``"link"``: the same (written as a copy, see the module doc).
         every_n_train_steps: Save every this many optimizer steps (instead of every epoch).
-        every_n_epochs: Save every this many epochs (default 1 when ``every_n_train_steps`` is unset).
+        every_n_epochs: Save every this many epochs (default 1 when neither ``every_n_train_steps``
+            nor ``train_time_interval`` is set).
         save_weights_only: Write only the model's weights and hyperparameters (fit cannot resume from them).
         save_on_train_epoch_end: Save at the end of the training epoch (True) or after validation
             (False). None decides as Lightning does: at the end of the training epoch unless validation
@@ -80,6 +87,10 @@ class ModelCheckpoint(Callback):
         save_on_interrupt: When SIGINT or SIGTERM stops ``fit`` (see :class:`~torchplug.TrainingInterrupted`),
             write ``<dirpath>/interrupted.ckpt`` at the step where every process stopped, to resume from
             with ``fit(ckpt_path=...)``. False: write nothing then.
+        train_time_interval: Save after the first optimizer step that ends at least this long
+            (a ``datetime.timedelta``) after training started or after the last such save; global
+            rank 0's clock decides for every process (one broadcast per step with several processes).
+            Only one of ``every_n_train_steps``, ``every_n_epochs`` and ``train_time_interval``.
 
     Attributes:
         best_model_path: The best checkpoint so far (the latest one without ``monitor``), or ``""``.
@@ -116,8 +127,9 @@ class ModelCheckpoint(Callback):
         enable_version_counter: bool = True,
         verbose: bool = False,
         save_on_interrupt: bool = True,
+        train_time_interval: timedelta | None = None,
     ) -> None:
-        _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs)
+        _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs, train_time_interval)
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
@@ -130,13 +142,20 @@ class ModelCheckpoint(Callback):
         self._save_on_train_epoch_end = save_on_train_epoch_end
         self._enable_version_counter = enable_version_counter
         self._every_n_train_steps = every_n_train_steps or 0
-        self._every_n_epochs = (1 if every_n_train_steps is None else 0) if every_n_epochs is None else every_n_epochs
+        self._train_time_interval = train_time_interval
+        self._last_time_checked: float | None = None
+        untimed = every_n_train_steps is None and train_time_interval is None
+        self._every_n_epochs = (1 if untimed else 0) if every_n_epochs is None else every_n_epochs
+        #: Whether on_train_batch_end has anything to do (read once per step, so one attribute).
+        self._saves_in_steps = bool(self._every_n_train_steps) or train_time_interval is not None
         self._user_dirpath = _normalise_dir(dirpath) if dirpath is not None else None
         self.dirpath: str | None = self._user_dirpath
         if filename is not None and filename.endswith(self.FILE_EXTENSION):
             filename = filename[: -len(self.FILE_EXTENSION)]
         self.filename = filename
         self._template_keys = _template_keys(filename or "{epoch}-{step}")
+        self._fill(filename or "{epoch}-{step}", {})  # a template that cannot be filled is refused now
+        self._unlogged_warned: set[str] = set()
         self.best_model_path = ""
         self.best_model_score: torch.Tensor | None = None
         self.current_score: torch.Tensor | None = None
@@ -165,8 +184,7 @@ class ModelCheckpoint(Callback):
             "mode": self.mode,
             "every_n_train_steps": self._every_n_train_steps,
             "every_n_epochs": self._every_n_epochs,
-            # Lightning's key names its time-based trigger too; none is set here, so the keys match.
-            "train_time_interval": getattr(self, "_train_time_interval", None),
+            "train_time_interval": self._train_time_interval,
         }
         return f"{type(self).__qualname__}{settings!r}"
 
@@ -226,6 +244,18 @@ class ModelCheckpoint(Callback):
             self.dirpath = trainer.strategy.broadcast(default)
         if stage == "fit":
             self._validated = False
+            self._refuse_a_file_for_dirpath()
+
+    def _refuse_a_file_for_dirpath(self) -> None:
+        from fsspec.core import url_to_fs
+
+        assert self.dirpath is not None
+        fs, path = url_to_fs(self.dirpath)
+        if fs.isfile(path):
+            raise MisconfigurationError(
+                f"ModelCheckpoint(dirpath={self.dirpath!r}) is not valid: it is a file, and checkpoints are written "
+                "into a directory. Hint: give the path of a directory (it is created when missing), or move the file."
+            )
 
     def on_load_checkpoint(self, trainer: Trainer, module: Module, checkpoint: dict[str, Any]) -> None:
         """Note the global step of the checkpoint ``fit`` resumes from (files of later steps are a killed run's)."""
@@ -238,7 +268,12 @@ class ModelCheckpoint(Callback):
         That is the file it was about to remove when it was killed, and the checkpoints it wrote
         after the one resumed from (their step, read from the name, is not earlier, and this callback
         does not track them): this run writes them again.
+
+        Also warns when this callback saves only after validation and the fit will run none: it
+        would write no checkpoint.
         """
+        self._last_time_checked = time.monotonic()
+        self._warn_if_never_saving(trainer)
         if not self._resumed:
             return
         self._resumed = False
@@ -252,6 +287,17 @@ class ModelCheckpoint(Callback):
                 f"ModelCheckpoint: removed {len(orphans)} checkpoint(s) that the interrupted run left untracked in "
                 f"{self.dirpath} (written after the checkpoint resumed from, or due for removal): "
                 f"{', '.join(os.path.basename(p) for p in orphans)}."
+            )
+
+    def _warn_if_never_saving(self, trainer: Trainer) -> None:
+        if self._saves_in_steps or self._saves_on_train_epoch_end(trainer):
+            return
+        reason = no_validation_reason(trainer)
+        if reason is not None:
+            rank_zero_warn(
+                f"ModelCheckpoint(dirpath={self.dirpath!r}, save_on_train_epoch_end={self._save_on_train_epoch_end}) "
+                f"saves after validation, but {reason}: it will write no checkpoint in this fit. Hint: pass "
+                "save_on_train_epoch_end=True to save at the end of each training epoch, or every_n_train_steps."
             )
 
     def _find_orphans(self, trainer: Trainer) -> list[str]:
@@ -293,18 +339,31 @@ class ModelCheckpoint(Callback):
         return re.compile(f"^{regex}(?:{version})?{re.escape(self.FILE_EXTENSION)}$")
 
     def on_train_batch_end(self, trainer: Trainer, module: Module, outputs: Any, batch: Any, batch_idx: int) -> None:
-        """Save every ``every_n_train_steps`` optimizer steps (returns at once when that is not set)."""
-        every = self._every_n_train_steps
-        if not every:
+        """Save every ``every_n_train_steps`` optimizer steps, or ``train_time_interval`` (returns at once without)."""
+        if not self._saves_in_steps:
             return
-        step = trainer.global_step
-        if step % every or step == self._last_global_step_saved or self._skip(trainer):
+        step, every = trainer.global_step, self._every_n_train_steps
+        if (every and step % every) or step == self._last_global_step_saved or self._skip(trainer):
+            return
+        if not every and not self._time_is_up(trainer):  # the same decision on every process
             return
         candidates = self._candidates(trainer)
         first = self._last_first(trainer, candidates)
         self._save_topk(trainer, candidates, at_epoch_end=False)
         if not first:
             self._save_last(trainer, candidates)
+
+    def _time_is_up(self, trainer: Trainer) -> bool:
+        """Whether ``train_time_interval`` has passed since the last time-based save (rank 0's clock decides)."""
+        assert self._train_time_interval is not None
+        now = time.monotonic()
+        last = self._last_time_checked
+        due = last is not None and now - last >= self._train_time_interval.total_seconds()
+        if trainer.world_size > 1:  # the ranks' clocks differ: every process follows rank 0's decision
+            due = bool(trainer.strategy.broadcast(due))
+        if due:
+            self._last_time_checked = now
+        return due
 
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
         """Save at the end of the training epoch, when that is where this run saves."""
@@ -387,6 +446,8 @@ class ModelCheckpoint(Callback):
             if self.monitor is not None:
                 wanted.add(self.monitor)
             candidates = {key: metrics[key].detach().cpu() for key in wanted if key in metrics}
+            if self._validated or not trainer.enable_validation:  # what is not logged by now may never be
+                self._warn_unlogged(candidates, metrics)
             epoch, step = candidates.get("epoch"), candidates.get("step")
             candidates["epoch"] = epoch.int() if epoch is not None else torch.tensor(trainer.current_epoch)
             candidates["step"] = step.int() if step is not None else torch.tensor(trainer.global_step)
@@ -396,6 +457,18 @@ class ModelCheckpoint(Callback):
         assert shared is not None
         candidates, self._logged_names = shared
         return candidates
+
+    def _warn_unlogged(self, candidates: dict[str, Any], metrics: dict[str, Any]) -> None:
+        """Once per name: a metric of ``filename`` that is not logged reads as 0 in the checkpoints' names."""
+        for name in self._template_keys:
+            if name in candidates or name in ("epoch", "step") or name in self._unlogged_warned:
+                continue
+            self._unlogged_warned.add(name)
+            rank_zero_warn(
+                f"ModelCheckpoint(filename={self.filename!r}): the metric {name!r} is not logged (logged: "
+                f"{', '.join(sorted(metrics)) or '(none)'}), so it reads as 0 in the checkpoints' names. Hint: call "
+                f"self.log({name!r}, value) in your Module, or name a logged metric in filename."
+            )
 
     def _save_topk(self, trainer: Trainer, candidates: dict[str, Any], at_epoch_end: bool) -> None:
         if self.save_top_k == 0:
@@ -504,13 +577,22 @@ class ModelCheckpoint(Callback):
             ...     {"epoch": 3, "val_loss": 0.123})
             'ckpts/epoch=3-val_loss=0.12.ckpt'
         """
-        name = _fill_template(
-            filename or self.filename or "{epoch}-{step}", dict(metrics), self.auto_insert_metric_name
-        )
+        name = self._fill(filename or self.filename or "{epoch}-{step}", metrics)
         if ver is not None:
             name = f"{name}{self.CHECKPOINT_JOIN_CHAR}v{ver}"
         name += self.FILE_EXTENSION
         return f"{self.dirpath.rstrip('/')}/{name}" if self.dirpath else name
+
+    def _fill(self, template: str, metrics: dict[str, Any]) -> str:
+        try:
+            return _fill_template(template, dict(metrics), self.auto_insert_metric_name)
+        except (ValueError, KeyError, IndexError, TypeError, AttributeError) as exc:
+            values = {k: float(v) if isinstance(v, torch.Tensor) and v.numel() == 1 else v for k, v in metrics.items()}
+            raise MisconfigurationError(
+                f"ModelCheckpoint(filename={template!r}) is not valid: {type(exc).__name__}: {exc}"
+                f"{f' (with {values})' if values else ''}. Hint: write the fields as {{name}} or {{name:format}}, "
+                'for example "{epoch}-{val_loss:.2f}" (logged metrics are floats).'
+            ) from exc
 
     def _unique_path(
         self, trainer: Trainer, candidates: dict[str, Any], reusable: str, filename: str | None = None
@@ -605,7 +687,12 @@ class ModelCheckpoint(Callback):
 
 
 def _check_arguments(
-    mode: str, save_top_k: int, save_last: Any, every_n_train_steps: int | None, every_n_epochs: int | None
+    mode: str,
+    save_top_k: int,
+    save_last: Any,
+    every_n_train_steps: int | None,
+    every_n_epochs: int | None,
+    train_time_interval: Any,
 ) -> None:
     if mode not in _MODES:
         raise MisconfigurationError(
@@ -621,10 +708,24 @@ def _check_arguments(
     for name, value in (("every_n_train_steps", every_n_train_steps), ("every_n_epochs", every_n_epochs)):
         if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
             raise MisconfigurationError(f"ModelCheckpoint({name}={value!r}): give a positive int, or 0/None.")
+    if train_time_interval is not None and (
+        not isinstance(train_time_interval, timedelta) or train_time_interval.total_seconds() <= 0
+    ):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(train_time_interval={train_time_interval!r}) is not valid: give a datetime.timedelta "
+            "longer than 0, or None. Hint: train_time_interval=timedelta(minutes=30)."
+        )
     if every_n_train_steps and every_n_epochs:
         raise MisconfigurationError(
             f"ModelCheckpoint(every_n_train_steps={every_n_train_steps}, every_n_epochs={every_n_epochs}): set only "
             "one of them. Hint: use two ModelCheckpoint callbacks to save on both schedules."
+        )
+    if train_time_interval is not None and (every_n_train_steps or every_n_epochs):
+        given = "every_n_train_steps" if every_n_train_steps else "every_n_epochs"
+        raise MisconfigurationError(
+            f"ModelCheckpoint(train_time_interval={train_time_interval!r}, {given}="
+            f"{every_n_train_steps or every_n_epochs}): set only one of them. Hint: use two ModelCheckpoint "
+            "callbacks to save on both schedules."
         )
 
 

@@ -35,8 +35,9 @@ class StochasticWeightAveraging(Callback):
     the weights are averaged once per epoch, at its start, as Lightning does. When training ends
     after the last epoch, the model receives the averaged weights; a model with batch
     normalization then gets its running statistics recomputed in one pass over the training data
-    (averaged over the processes under DDP). Its state (the average, the SWA schedule) is saved
-    in checkpoints, so a resumed run continues the average.
+    (averaged over the processes under DDP); training that stops earlier (early stopping,
+    ``max_steps``) leaves the model its own weights, with a warning. Its state (the average, the
+    SWA schedule) is saved in checkpoints, so a resumed run continues the average.
 
     Example:
         >>> Trainer(max_epochs=20, callbacks=[StochasticWeightAveraging(swa_lrs=1e-2, swa_epoch_start=15)])
@@ -44,8 +45,9 @@ class StochasticWeightAveraging(Callback):
     Args:
         swa_lrs: The SWA learning rate: one for every parameter group, or a list with one per group.
         swa_epoch_start: The epoch SWA starts in: an int (1-based, as in Lightning: 15 starts in
-            the 15th epoch) or a float fraction of ``max_epochs``.
-        annealing_epochs: Epochs over which the learning rate anneals to ``swa_lrs``.
+            the 15th epoch) or a float fraction of ``max_epochs``. A start after the last epoch
+            averages nothing, with a warning when ``fit`` starts.
+        annealing_epochs: Epochs over which the learning rate anneals to ``swa_lrs`` (an int >= 0).
         annealing_strategy: ``"cos"`` or ``"linear"``.
         avg_fn: ``avg_fn(averaged, current, num_averaged)`` returning the new average (default:
             the equally weighted running mean).
@@ -83,6 +85,11 @@ class StochasticWeightAveraging(Callback):
         if not lrs or any(isinstance(lr, bool) or not isinstance(lr, (int, float)) or lr <= 0 for lr in lrs):
             raise MisconfigurationError(
                 f"StochasticWeightAveraging(swa_lrs={swa_lrs!r}): give a positive float, or a list of them."
+            )
+        if isinstance(annealing_epochs, bool) or not isinstance(annealing_epochs, int) or annealing_epochs < 0:
+            raise MisconfigurationError(
+                f"StochasticWeightAveraging(annealing_epochs={annealing_epochs!r}) is not valid: give an int >= 0, the "
+                "epochs over which the learning rate anneals to swa_lrs. Hint: annealing_epochs=10."
             )
         if annealing_strategy not in ("cos", "linear"):
             raise MisconfigurationError(
@@ -152,6 +159,12 @@ class StochasticWeightAveraging(Callback):
                 )
             self._swa_epoch_start = int(max_epochs * self._swa_epoch_start)
         self._max_epochs = max_epochs
+        if self.swa_start > self.swa_end:
+            rank_zero_warn(
+                f"StochasticWeightAveraging(swa_epoch_start={self._swa_epoch_start}) starts in epoch "
+                f"{self.swa_start} (counting from 0), after the last epoch of max_epochs={max_epochs}: no weights "
+                "will be averaged in this fit. Hint: give an earlier epoch, or a fraction of max_epochs such as 0.8."
+            )
         self._contains_batch_norm = any(isinstance(m, _BatchNorm) for m in module.modules())
         self._average_model = copy_module(module, trainer)
         if self._device is not None:
@@ -217,7 +230,14 @@ class StochasticWeightAveraging(Callback):
         if self._average_model is None or not self._initialized:
             return
         if self._max_epochs != -1 and trainer.current_epoch - 1 != self.swa_end:
-            return  # stopped before the end of SWA (early stopping...): the model keeps its own weights
+            # stopped before the end of SWA (early stopping, max_steps...): the model keeps its own weights
+            rank_zero_warn(
+                f"StochasticWeightAveraging: training stopped after epoch {trainer.current_epoch - 1}, before the last "
+                f"SWA epoch {int(self.swa_end)} (max_epochs={self._max_epochs}), so the model keeps its own weights; "
+                f"the average of {int(self.n_averaged or 0)} epoch(s) is in average_model. Hint: "
+                "StochasticWeightAveraging.transfer_weights(callback.average_model, model) gives them to the model."
+            )
+            return
         self.transfer_weights(self._average_model, module)
         if self._contains_batch_norm:
             self._update_batch_norm(trainer, module)

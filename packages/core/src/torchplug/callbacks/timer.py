@@ -20,11 +20,13 @@ if TYPE_CHECKING:
 
 __all__ = ["Timer", "parse_duration"]
 
-_DURATION = re.compile(r"(\d+):(\d\d):(\d\d):(\d\d)")
+_DURATION = re.compile(r"(\d+):(\d+):(\d+):(\d+)")  # any number of digits per field, as Lightning reads them
 
 
 def parse_duration(value: Any, what: str = "max_time") -> timedelta:
     """A duration from ``"DD:HH:MM:SS"``, a dict of ``timedelta`` arguments (``{"hours": 1}``), or a ``timedelta``.
+
+    Each field of the string may have any number of digits (``"0:1:30:0"``, ``"00:36:00:00"``).
 
     Raises:
         MisconfigurationError: Anything else, or a negative duration, naming ``what`` and the value.
@@ -43,15 +45,15 @@ def parse_duration(value: Any, what: str = "max_time") -> timedelta:
         except TypeError as exc:
             raise MisconfigurationError(
                 f"{what}={value!r}: the dict's keys must be timedelta arguments (days, hours, minutes, seconds...): "
-                f"{exc}"
+                f"{exc}. Hint: for example {{'hours': 12}}."
             ) from exc
     if duration is None:
         raise MisconfigurationError(
             f'{what}={value!r} is not a duration: give "DD:HH:MM:SS" (for example "00:12:00:00"), a dict such as '
-            '{"hours": 12}, or a datetime.timedelta.'
+            '{"hours": 12}, or a datetime.timedelta. Hint: a number of seconds is {"seconds": n}.'
         )
     if duration.total_seconds() < 0:
-        raise MisconfigurationError(f"{what}={value!r} is negative.")
+        raise MisconfigurationError(f"{what}={value!r} is negative. Hint: give a duration >= 0.")
     return duration
 
 

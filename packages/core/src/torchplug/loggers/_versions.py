@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import enum
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 _PREFIX = "version_"
+_PLAIN: Final = (bool, int, float, str)  # written as they are
 
 
 def next_version(fs: Any, root: str) -> int:
@@ -26,12 +28,43 @@ def version_folder(version: int | str) -> str:
 
 
 def write_hparams(fs: Any, directory: str, params: Mapping[str, Any]) -> None:
-    """Write ``params`` to ``<directory>/hparams.yaml`` on ``fs`` (values YAML cannot represent as text)."""
+    """Write ``params`` to ``<directory>/hparams.yaml`` on ``fs`` (see :func:`yaml_value` for what is written)."""
     import yaml  # only a run that logs hyperparameters pays for it
 
     fs.makedirs(directory, exist_ok=True)
-    plain = {
-        k: v if isinstance(v, (bool, int, float, str, list, dict, type(None))) else repr(v) for k, v in params.items()
-    }
+    plain = {_yaml_key(k): yaml_value(v) for k, v in params.items()}
     with fs.open(f"{directory}/hparams.yaml", "w") as stream:
         yaml.safe_dump(plain, stream, sort_keys=False)
+
+
+def yaml_value(value: Any) -> Any:
+    """``value`` as plain data for ``yaml.safe_dump``, at any depth of dicts, lists and tuples.
+
+    Numbers of other libraries (NumPy scalars, one-element tensors and arrays) become Python
+    numbers, enum members their value, other subclasses of ``int``/``float``/``str`` their plain
+    value, tuples lists; anything else YAML cannot represent is written as text (its ``repr``).
+    """
+    if value is None or type(value) in _PLAIN:
+        return value
+    if isinstance(value, Mapping):
+        return {_yaml_key(k): yaml_value(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [yaml_value(v) for v in value]
+    if isinstance(value, enum.Enum):
+        return yaml_value(value.value)
+    item = getattr(value, "item", None)
+    if callable(item):  # NumPy scalars, tensors and arrays of one element
+        try:
+            number = item()
+        except (TypeError, ValueError, RuntimeError):  # more than one element
+            number = None
+        if type(number) in _PLAIN:
+            return number
+    for base in (bool, int, float, str):
+        if isinstance(value, base):
+            return base.__str__(value) if base is str else base(value)
+    return repr(value)
+
+
+def _yaml_key(key: Any) -> Any:
+    return key if key is None or type(key) in _PLAIN else str(key)

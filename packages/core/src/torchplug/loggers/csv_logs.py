@@ -9,8 +9,10 @@ from typing import Any
 
 from typing_extensions import override
 
+from torchplug._errors import MisconfigurationError
 from torchplug.loggers._versions import next_version, version_folder, write_hparams
 from torchplug.loggers.logger import Logger
+from torchplug.utilities.rank_zero import rank_zero_warn
 
 __all__ = ["CSVLogger"]
 
@@ -18,22 +20,35 @@ __all__ = ["CSVLogger"]
 class CSVLogger(Logger):
     """Write metrics to ``<save_dir>/<name>/version_<n>/metrics.csv`` (one row per step) and ``hparams.yaml``.
 
+    A ``version`` whose directory holds a ``metrics.csv`` already (an earlier run's) gets a new
+    one: the old file is replaced at the first write, with a warning naming it.
+
     Args:
         save_dir: Root directory (a local path or fsspec URL).
-        name: Experiment name, a subdirectory of ``save_dir``.
+        name: Experiment name, a subdirectory of ``save_dir``; None or ``""``: the versions go
+            directly in ``save_dir``.
         version: Run version; by default the next free ``version_<n>``. A string is used as the directory name.
-        flush_logs_every_n_steps: Write buffered rows to disk every this many logged steps.
+        flush_logs_every_n_steps: Write buffered rows to disk every this many logged steps (an int >= 1).
+
+    Raises:
+        MisconfigurationError: ``flush_logs_every_n_steps`` is not an int >= 1.
     """
 
     def __init__(
         self,
-        save_dir: str = ".",
-        name: str = "torchplug_logs",
+        save_dir: str | os.PathLike[str] = ".",
+        name: str | None = "torchplug_logs",
         version: int | str | None = None,
         flush_logs_every_n_steps: int = 100,
     ) -> None:
+        every = flush_logs_every_n_steps
+        if isinstance(every, bool) or not isinstance(every, int) or every < 1:
+            raise MisconfigurationError(
+                f"CSVLogger(flush_logs_every_n_steps={every!r}) is not valid: give an int >= 1, the number of "
+                "logged rows kept before they are written. Hint: 1 writes every row at once."
+            )
         self._save_dir = os.fspath(save_dir)
-        self._name = name
+        self._name = name or ""
         self._version = version
         self._flush_every = flush_logs_every_n_steps
         self._rows: list[dict[str, Any]] = []
@@ -75,10 +90,16 @@ class CSVLogger(Logger):
         return self._save_dir
 
     @property
+    def root_dir(self) -> str:
+        """``<save_dir>/<name>``: the experiment's directory, holding one directory per version."""
+        base = self._save_dir.rstrip("/")
+        return f"{base}/{self._name}" if self._name else base
+
+    @property
     @override
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_<n>`` (or ``<save_dir>/<name>/<version>`` for a string version)."""
-        return f"{self._save_dir.rstrip('/')}/{self._name}/{version_folder(self.version)}"
+        return f"{self.root_dir}/{version_folder(self.version)}"
 
     @property
     def metrics_file(self) -> str:
@@ -86,7 +107,7 @@ class CSVLogger(Logger):
         return f"{self.log_dir}/metrics.csv"
 
     def _next_version(self) -> int:
-        return next_version(self._fs, f"{self._save_dir.rstrip('/')}/{self._name}")
+        return next_version(self._fs, self.root_dir)
 
     @override
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
@@ -114,6 +135,8 @@ class CSVLogger(Logger):
             with self._fs.open(self.metrics_file, "a", newline="") as stream:
                 csv.DictWriter(stream, fieldnames=self._columns).writerows(self._rows)
         else:
+            if self._written_columns is None:
+                self._warn_if_replacing()
             old = self._read_existing()
             with self._fs.open(self.metrics_file, "w", newline="") as stream:
                 writer = csv.DictWriter(stream, fieldnames=self._columns)
@@ -121,6 +144,15 @@ class CSVLogger(Logger):
                 writer.writerows(old + self._rows)
             self._written_columns = list(self._columns)
         self._rows = []
+
+    def _warn_if_replacing(self) -> None:
+        """The first write of this run: say so when it replaces an earlier run's ``metrics.csv``."""
+        if self._fs.exists(self.metrics_file):
+            rank_zero_warn(
+                f"CSVLogger(version={self.version!r}): {self.metrics_file} exists already (an earlier run's metrics); "
+                "this run replaces it. Hint: leave version unset to write to the next free version_<n>, or give "
+                "another version."
+            )
 
     def _read_existing(self) -> list[dict[str, Any]]:
         if self._written_columns is None or not self._fs.exists(self.metrics_file):

@@ -67,6 +67,16 @@ class Logger(ABC):
     def log_hyperparams(self, params: Mapping[str, Any]) -> None:
         """Record the run's hyperparameters."""
 
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Record ``model``'s computation graph, for trackers that show one; the default does nothing.
+
+        The Trainer calls it on global rank 0 when ``fit`` starts, with the module being fitted.
+
+        Args:
+            model: The module.
+            input_array: An input for ``model``'s ``forward``; None: its ``example_input_array``.
+        """
+
     def after_save_checkpoint(self, checkpoint_callback: ModelCheckpoint) -> None:
         """Called on global rank 0 after ``checkpoint_callback`` wrote a checkpoint (its paths are up to date).
 

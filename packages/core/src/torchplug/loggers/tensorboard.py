@@ -10,9 +10,11 @@ from typing import Any
 import fsspec
 from typing_extensions import override
 
+from torchplug._errors import MisconfigurationError
 from torchplug.loggers._availability import tensorboard_available
 from torchplug.loggers._versions import next_version, version_folder, write_hparams
 from torchplug.loggers.logger import Logger, flatten_params, metric_value
+from torchplug.utilities.rank_zero import rank_zero_warn
 
 __all__ = ["TensorBoardLogger"]
 
@@ -59,6 +61,7 @@ class TensorBoardLogger(Logger):
             supports what ``SummaryWriter`` supports).
         name: Experiment name, a subdirectory of ``save_dir``.
         version: Run version; by default the next free ``version_<n>``. A string is used as the directory name.
+        log_graph: Add the model's graph when ``fit`` starts (traced with its ``example_input_array``).
         default_hp_metric: When hyperparameters are logged without metrics, log ``hp_metric = -1`` so the
             HPARAMS tab of TensorBoard lists the run. Log ``hp_metric`` yourself to fill it.
         prefix: Put before every metric name, joined with ``-``.
@@ -67,6 +70,8 @@ class TensorBoardLogger(Logger):
 
     Raises:
         ImportError: tensorboard is not installed (the message says how to install it).
+        MisconfigurationError: A keyword that ``SummaryWriter`` does not take (or ``log_dir``, which is this
+            logger's to decide).
     """
 
     def __init__(
@@ -74,15 +79,19 @@ class TensorBoardLogger(Logger):
         save_dir: str | os.PathLike[str],
         name: str = "torchplug_logs",
         version: int | str | None = None,
+        log_graph: bool = False,
         default_hp_metric: bool = True,
         prefix: str = "",
         sub_dir: str | None = None,
         **writer_kwargs: Any,
     ) -> None:
         _require_tensorboard()
+        if writer_kwargs:
+            _check_writer_kwargs(writer_kwargs)
         self._save_dir = os.fspath(save_dir)
         self._name = name or ""
         self._version = version
+        self._log_graph = log_graph
         self._default_hp_metric = default_hp_metric
         self._prefix = prefix
         self._sub_dir = sub_dir
@@ -187,6 +196,33 @@ class TensorBoardLogger(Logger):
             writer.add_summary(summary)
 
     @override
+    def log_graph(self, model: Any, input_array: Any = None) -> None:
+        """Add ``model``'s graph, traced with ``input_array`` (default: its ``example_input_array``), if ``log_graph``.
+
+        Without an input, or with one that cannot be traced (not a tensor or a tuple of ``forward``'s
+        arguments), it warns and logs no graph.
+        """
+        if not self._log_graph:
+            return
+        import torch
+
+        from torchplug.utilities.apply import move_to_device
+
+        example = getattr(model, "example_input_array", None) if input_array is None else input_array
+        if example is None or not isinstance(example, (torch.Tensor, tuple)):
+            given = "none" if example is None else type(example).__name__
+            rank_zero_warn(
+                f"TensorBoardLogger(log_graph=True) logs no graph: the input to trace it with is {given}. Hint: set "
+                "self.example_input_array = torch.randn(...) (a tensor, or a tuple of forward's arguments) in the "
+                "module's __init__."
+            )
+            return
+        device = getattr(model, "device", None)
+        if isinstance(device, torch.device):
+            example = move_to_device(example, device)
+        self.experiment.add_graph(model, example)
+
+    @override
     def save(self) -> None:
         """Flush pending events and write ``hparams.yaml`` into the version directory."""
         if self._experiment is not None:
@@ -211,6 +247,21 @@ class TensorBoardLogger(Logger):
     @override
     def __repr__(self) -> str:
         return f"TensorBoardLogger(save_dir={self._save_dir!r}, name={self._name!r}, version={self._version!r})"
+
+
+def _check_writer_kwargs(writer_kwargs: dict[str, Any]) -> None:
+    """Refuse keywords ``SummaryWriter`` does not take now, rather than when the first event is written."""
+    import inspect
+
+    names = [name for name in inspect.signature(_summary_writer_class()).parameters if name != "self"]
+    unknown = sorted(set(writer_kwargs) - set(names) | ({"log_dir"} & set(writer_kwargs)))
+    if unknown:
+        taken = ", ".join(name for name in names if name != "log_dir")
+        raise MisconfigurationError(
+            f"TensorBoardLogger({', '.join(f'{k}={writer_kwargs[k]!r}' for k in unknown)}) is not valid: the "
+            f"extra keywords go to torch.utils.tensorboard.SummaryWriter, which takes {taken} (log_dir is this "
+            "logger's: <save_dir>/<name>/<version>). Hint: check the spelling, or set save_dir, name and version."
+        )
 
 
 def _hparam_value(value: Any) -> Any:

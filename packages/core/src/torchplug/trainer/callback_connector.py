@@ -7,12 +7,13 @@ from typing import TYPE_CHECKING, Any
 
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks.callback import Callback
+from torchplug.trainer.hooks import is_overridden
 from torchplug.utilities.rank_zero import rank_zero_info
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
 
-__all__ = ["add_feature_callbacks", "attach_model_callbacks", "build_callbacks", "ordered"]
+__all__ = ["add_feature_callbacks", "attach_model_callbacks", "build_callbacks", "check_state_keys", "ordered"]
 
 
 def _as_callbacks(callbacks: Callback | Iterable[Callback] | None, what: str) -> list[Callback]:
@@ -32,7 +33,8 @@ def build_callbacks(
     """The Trainer's callbacks: those given, plus a ModelCheckpoint and a TQDMProgressBar unless disabled.
 
     Raises:
-        MisconfigurationError: A non-callback in the list, or a callback that a ``False`` flag forbids.
+        MisconfigurationError: A non-callback in the list, a callback that a ``False`` flag forbids, or two
+            callbacks with state under one ``state_key`` (see :func:`check_state_keys`).
     """
     from torchplug.callbacks.model_checkpoint import ModelCheckpoint
     from torchplug.callbacks.progress import ProgressBar
@@ -52,6 +54,7 @@ def build_callbacks(
         given.append(ModelCheckpoint())
     if enable_progress_bar is not False and not any(isinstance(c, ProgressBar) for c in given):
         given.append(TQDMProgressBar())
+    check_state_keys(given, "callbacks=")
     return ordered(given)
 
 
@@ -79,6 +82,9 @@ def attach_model_callbacks(callbacks: list[Callback], module: Module) -> list[Ca
     """Add the module's ``configure_callbacks()``: each replaces the Trainer's callbacks of its type.
 
     Returns the new, ordered list (the Trainer's list is not changed in place).
+
+    Raises:
+        MisconfigurationError: Two callbacks with state under one ``state_key`` (see :func:`check_state_keys`).
     """
     model_callbacks = _as_callbacks(module.configure_callbacks(), f"{type(module).__name__}.configure_callbacks()")
     if not model_callbacks:
@@ -90,7 +96,32 @@ def attach_model_callbacks(callbacks: list[Callback], module: Module) -> list[Ca
             "The model's configure_callbacks() replaces the Trainer's callbacks of type %s.", ", ".join(replaced)
         )
     kept = [c for c in callbacks if type(c) not in types]
+    check_state_keys(kept + model_callbacks, f"callbacks= with {type(module).__name__}.configure_callbacks()")
     return ordered(kept + model_callbacks)
+
+
+def check_state_keys(callbacks: list[Callback], what: str) -> None:
+    """Refuse two callbacks that keep state (override ``state_dict``) under one ``state_key``.
+
+    A checkpoint holds one state per key: it would keep only the last one's, and a resumed fit
+    would give that state to both.
+
+    Raises:
+        MisconfigurationError: Naming the key and the two callbacks.
+    """
+    seen: dict[str, Callback] = {}
+    for callback in callbacks:
+        if not is_overridden(callback, "state_dict", Callback):
+            continue
+        key = callback.state_key
+        first = seen.setdefault(key, callback)
+        if first is not callback:
+            raise MisconfigurationError(
+                f"{what} holds {first!r} and {callback!r}, which both keep their state in checkpoints under "
+                f"state_key={key!r}: a checkpoint would hold only one of the two states, and a resumed fit would "
+                "give it to both. Hint: make them differ in a setting the key names, keep one of them, or "
+                "subclass one and override state_key."
+            )
 
 
 def ordered(callbacks: list[Any]) -> list[Any]:

@@ -201,12 +201,7 @@ class CheckpointConnector:
             )
         # Callbacks first, as in Lightning: a finetuning callback puts back the parameter groups it
         # added, so that the optimizer states below find the groups they were saved with.
-        callback_states = checkpoint.get("callbacks", {})
-        for callback in trainer.callbacks:
-            callback.on_load_checkpoint(trainer, trainer.module, checkpoint)
-            state = find_callback_state(callback_states, callback.state_key)
-            if state is not None:
-                callback.load_state_dict(state)
+        self._restore_callbacks(checkpoint)
         for optimizer, state in zip(trainer.optimizers, saved):
             strategy.load_optimizer_state_dict(optimizer, state)
         for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
@@ -236,6 +231,26 @@ class CheckpointConnector:
                 )
         trainer.fit_loop.restore(fit_state, rng.get("global"), checkpoint.get("accumulated_gradients"))
         trainer.should_stop = trainer.fit_loop.progress.should_stop
+
+    def _restore_callbacks(self, checkpoint: dict[str, Any]) -> None:
+        """Each callback's ``on_load_checkpoint`` and state; a saved state no callback takes is warned about."""
+        trainer = self._trainer
+        callback_states = checkpoint.get("callbacks", {})
+        taken: set[int] = set()
+        for callback in trainer.callbacks:
+            callback.on_load_checkpoint(trainer, trainer.module, checkpoint)
+            state = find_callback_state(callback_states, callback.state_key)
+            if state is not None:
+                taken.add(id(state))
+                callback.load_state_dict(state)
+        left = [key for key, state in callback_states.items() if state and id(state) not in taken]
+        if left:
+            where = f" {self.ckpt_path!r}" if self.ckpt_path else ""
+            rank_zero_warn(
+                f"The checkpoint{where} holds the state of callbacks that this Trainer does not have, so it is not "
+                f"restored: {', '.join(left)}. Hint: give the Trainer the callbacks of the run that wrote it, with the "
+                "settings their state_key names, to resume them too."
+            )
 
     def resolve_path(self, ckpt_path: str | None, fn: str) -> str | None:
         """Turn ``ckpt_path`` (a path, "last", "best", "auto" or None) into a path, with errors in the user's words.

@@ -106,6 +106,11 @@ class LoggerConnector:
             for logger in self.loggers:
                 logger.log_hyperparams(params)
 
+    def log_graph(self) -> None:
+        """Hand the module to every logger's ``log_graph`` (a logger that was asked for no graph does nothing)."""
+        for logger in self.loggers:
+            logger.log_graph(self._trainer.module)
+
     def save(self) -> None:
         """Flush every logger."""
         for logger in self.loggers:

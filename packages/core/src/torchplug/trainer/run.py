@@ -183,6 +183,7 @@ class Runner:
             trainer._hooks.call("on_fit_start")
             if trainer.enable_autolog_hparams:
                 trainer._logging.log_hyperparams()
+            trainer._logging.log_graph()
             if checkpoint is not None:
                 trainer._checkpoints.restore_training_state(checkpoint)
             trainer._checkpoints.prepare_io()
