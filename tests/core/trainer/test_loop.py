@@ -378,6 +378,49 @@ def test_fit_without_training_data_says_where_to_put_it() -> None:
         trainer.fit(Classifier())
 
 
+def _loader() -> DataLoader[Any]:
+    return DataLoader(blobs(64), batch_size=32)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        pytest.param(
+            lambda t: t.fit(Classifier(), train_dataloaders=_loader(), datamodule=BlobData()),
+            "trainer.fit(train_dataloaders=DataLoader, datamodule=BlobData) gives two sources of data",
+            id="fit-train-loaders-and-datamodule",
+        ),
+        pytest.param(
+            lambda t: t.fit(Classifier(), val_dataloaders=_loader(), datamodule=BlobData()),
+            "trainer.fit(val_dataloaders=DataLoader, datamodule=BlobData) gives two sources of data",
+            id="fit-val-loaders-and-datamodule",
+        ),
+        pytest.param(
+            lambda t: t.fit(Classifier(), BlobData(), datamodule=BlobData()),
+            "trainer.fit(train_dataloaders=BlobData, datamodule=BlobData) gives two sources of data",
+            id="fit-two-datamodules",
+        ),
+        pytest.param(
+            lambda t: t.test(Classifier(), dataloaders=_loader(), datamodule=BlobData()),
+            "trainer.test(dataloaders=DataLoader, datamodule=BlobData) gives two sources of data",
+            id="test-loaders-and-datamodule",
+        ),
+        pytest.param(
+            lambda t: t.predict(Classifier(), _loader(), datamodule=BlobData()),
+            "trainer.predict(dataloaders=DataLoader, datamodule=BlobData) gives two sources of data",
+            id="predict-loaders-and-datamodule",
+        ),
+    ],
+)
+def test_dataloaders_and_a_datamodule_together_are_refused(call: Callable[[Any], Any], message: str) -> None:
+    """Lightning refuses it too: one of the two sources would be silently ignored."""
+    trainer = torchplug.Trainer(**quiet(max_epochs=1))
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        call(trainer)
+    assert message in str(info.value)
+    assert "Hint: pass the dataloaders or the DataModule, not both" in str(info.value)
+
+
 def test_estimated_stepping_batches() -> None:
     trainer, _ = _fit({"max_epochs": 3, "accumulate_grad_batches": 3})
     assert trainer.estimated_stepping_batches == 3 * 6

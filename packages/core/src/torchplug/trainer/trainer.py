@@ -269,7 +269,10 @@ class Trainer(TrainerProperties):
                 a cluster environment may supply one (a requeued SLURM job resumes by itself).
         """
         if isinstance(train_dataloaders, DataModule):
+            _refuse_two_sources("fit", "train_dataloaders", train_dataloaders, datamodule)
             datamodule, train_dataloaders = train_dataloaders, None
+        _refuse_two_sources("fit", "train_dataloaders", train_dataloaders, datamodule)
+        _refuse_two_sources("fit", "val_dataloaders", val_dataloaders, datamodule)
         runner = self._runner
         runner.run(
             TrainerFn.FITTING,
@@ -359,10 +362,27 @@ class Trainer(TrainerProperties):
         verbose: bool = False,
     ) -> Any:
         if isinstance(dataloaders, DataModule):
+            _refuse_two_sources(fn.value, "dataloaders", dataloaders, datamodule)
             datamodule, dataloaders = dataloaders, None
+        _refuse_two_sources(fn.value, "dataloaders", dataloaders, datamodule)
         model = model if model is not None else self.module
         if model is None:
             raise MisconfigurationError(f"trainer.{fn.value}() needs a model: trainer.{fn.value}(model, ...).")
         runner = self._runner
         impl = functools.partial(runner.evaluate, fn, dataloaders, ckpt_path, keep, verbose)
         return runner.run(fn, model, datamodule or self.datamodule, impl)
+
+
+def _refuse_two_sources(fn: str, name: str, loaders: Any, datamodule: DataModule | None) -> None:
+    """Refuse dataloaders given beside a DataModule: one of the two would be silently ignored.
+
+    Raises:
+        MisconfigurationError: Both ``name`` and ``datamodule`` were given.
+    """
+    if loaders is None or datamodule is None:
+        return
+    raise MisconfigurationError(
+        f"trainer.{fn}({name}={type(loaders).__name__}, datamodule={type(datamodule).__name__}) gives two sources "
+        f"of data, and one of them would be ignored. Hint: pass the dataloaders or the DataModule, not both (a "
+        f"DataModule's dataloaders come from its *_dataloader() methods)."
+    )
