@@ -405,6 +405,34 @@ class DataConnector:
             return False
         return self._fit_given[1] is not None or self.defines("val_dataloader")
 
+    def warn_if_validation_is_skipped(self) -> None:
+        """Say so, once per ``fit``, when validation data and ``validation_step`` do not come together.
+
+        Validation data without ``validation_step``, or ``validation_step`` without validation data,
+        would otherwise skip validation without a word (Lightning warns about both).
+        ``limit_val_batches=0`` says that no validation is intended: nothing is said then.
+        """
+        trainer = self._trainer
+        if trainer.limit_val_batches == 0:
+            return
+        module = trainer.module
+        has_step = is_overridden(module, "validation_step", Module)
+        given = self._fit_given[1] is not None
+        has_data = given or self.defines("val_dataloader")
+        if has_data and not has_step:
+            where = "val_dataloaders were given to fit()" if given else "val_dataloader() is defined"
+            rank_zero_warn(
+                f"Validation is skipped: {where}, but {type(module).__name__} defines no validation_step. "
+                "Hint: define validation_step(self, batch, batch_idx), or leave the validation data out."
+            )
+        elif has_step and not has_data:
+            rank_zero_warn(
+                f"Validation never runs: {type(module).__name__} defines validation_step, but fit() has no "
+                "validation data (no val_dataloaders=, and neither the DataModule nor the model defines "
+                "val_dataloader()). Hint: pass val_dataloaders=..., define val_dataloader(), or set "
+                "limit_val_batches=0 to say that no validation is intended."
+            )
+
     def setup_train(self) -> None:
         """Request and prepare the training loader, once per ``fit``."""
         if self._train_ready:

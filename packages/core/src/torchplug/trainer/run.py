@@ -176,6 +176,7 @@ class Runner:
         self.setup("fit")
         try:
             trainer._data.setup_fit(train_dataloaders, val_dataloaders)
+            trainer._data.warn_if_validation_is_skipped()
             trainer.strategy.setup(functools.partial(configure_optimizers, trainer))
             checkpoint = trainer._checkpoints.load_for_fit(ckpt_path)
             if checkpoint is not None:
