@@ -25,6 +25,7 @@ from torchplug.accelerators.cpu import CPUAccelerator
 from torchplug.callbacks.model_summary import ModelSummary
 from torchplug.callbacks.timer import Timer, parse_duration
 from torchplug.profilers import AdvancedProfiler, SimpleProfiler
+from torchplug.utilities.combined_loader import CombinedLoader
 
 #: Lightning 2.6's ``Trainer.__init__`` arguments (read from lightning 2.6.6).
 LIGHTNING_TRAINER_ARGUMENTS = (
@@ -446,6 +447,43 @@ def test_a_dict_or_list_of_training_loaders_cycles_the_shorter_ones():
     model = TwoSources()
     torchplug.Trainer(**quiet(max_epochs=1)).fit(model, train_dataloaders=[_loader(64), _loader(128)])
     assert len(model.batches) == 4 and isinstance(model.batches[0], list)
+
+
+class PerLoader(Classifier):
+    """Counts the evaluation batches of each dataloader_idx."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[int, int] = {}
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.seen[dataloader_idx] = self.seen.get(dataloader_idx, 0) + 1
+        self._evaluate(batch, "val")
+
+
+@pytest.mark.parametrize(
+    "loaders",
+    [
+        pytest.param(lambda: {"small": _loader(64), "large": _loader(128)}, id="dict"),
+        pytest.param(
+            lambda: CombinedLoader({"small": _loader(64), "large": _loader(128)}, "sequential"),
+            id="sequential-combined-loader",
+        ),
+    ],
+)
+def test_a_dict_of_evaluation_loaders_evaluates_each_loader_in_turn(loaders):
+    """As in Lightning: the dict's loaders in order, told apart by dataloader_idx (their keys were iterated before)."""
+    model = PerLoader()
+    results = torchplug.Trainer(**quiet()).validate(model, loaders(), verbose=False)
+    assert model.seen == {0: 2, 1: 4}
+    assert len(results) == 2 and "val_loss/dataloader_idx_1" in results[1]
+
+
+def test_a_combined_loader_that_zips_batches_cannot_be_evaluated():
+    with pytest.raises(MisconfigurationError) as info:
+        torchplug.Trainer(**quiet()).validate(PerLoader(), CombinedLoader([_loader(64), _loader(64)], "min_size"))
+    assert "dataloaders=CombinedLoader(mode='min_size') is not valid" in str(info.value)
+    assert "Hint: pass CombinedLoader(..., mode='sequential')" in str(info.value)
 
 
 def test_datamodule_from_datasets():

@@ -55,10 +55,28 @@ _LOADER_ARGS = (
 )
 
 
-def as_list(loaders: Any) -> list[Any]:
-    """One dataloader or several, as a list (None and empty give an empty list)."""
+def as_list(loaders: Any, what: str = "dataloaders") -> list[Any]:
+    """The evaluation dataloaders given as ``what``, as a list (None and empty give an empty list).
+
+    One loader, a list or tuple of them, a dict of them (its values, in order: ``dataloader_idx``
+    counts them, as in Lightning), or a ``CombinedLoader(mode="sequential")`` (its loaders).
+
+    Raises:
+        MisconfigurationError: A CombinedLoader in another mode: evaluation reads its loaders one after
+            the other, so batches zipped across loaders cannot be evaluated.
+    """
     if loaders is None:
         return []
+    if isinstance(loaders, CombinedLoader):
+        if loaders.mode != "sequential":
+            raise MisconfigurationError(
+                f"{what}=CombinedLoader(mode={loaders.mode!r}) is not valid: evaluation runs each dataloader in "
+                "turn, with its dataloader_idx. Hint: pass CombinedLoader(..., mode='sequential'), or the "
+                "dataloaders themselves (a list or a dict)."
+            )
+        return loaders.flattened
+    if isinstance(loaders, Mapping):
+        return list(loaders.values())
     if isinstance(loaders, (list, tuple)):
         return list(loaders)
     return [loaders]
@@ -455,7 +473,7 @@ class DataConnector:
         if not self.validation_possible:
             return  # no validation: its dataloader is not even requested
         val = self._fit_given[1]
-        loaders = as_list(val if val is not None else self.source("val_dataloader"))
+        loaders = as_list(val if val is not None else self.source("val_dataloader"), "val_dataloaders")
         self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
         if self._trainer.overfit_batches:
             self.val_loaders = [sequential(v, "val_dataloaders") for v in self.val_loaders]
@@ -470,7 +488,7 @@ class DataConnector:
         prefix = _PREFIX[fn]
         given = dataloaders if dataloaders is not None else self.source(f"{prefix}_dataloader")
         predicting = fn is TrainerFn.PREDICTING  # every sample predicted once: no repeats to even the shards
-        loaders = [self.process(d, "dataloaders", False, unrepeated=predicting) for d in as_list(given)]
+        loaders = [self.process(d, "dataloaders", False, unrepeated=predicting) for d in as_list(given, "dataloaders")]
         if not loaders:
             raise MisconfigurationError(
                 f"trainer.{fn.value}() found no data: pass dataloaders=..., or define "
