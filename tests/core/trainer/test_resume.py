@@ -137,3 +137,40 @@ def test_fit_with_a_missing_checkpoint_names_it(trainer_args: Callable[..., Any]
     trainer = torchplug.Trainer(**trainer_args(max_epochs=1))
     with pytest.raises(FileNotFoundError, match=r"nope\.ckpt"):
         trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=str(tmp_path / "nope.ckpt"))
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint of a run that finished 3 epochs (48 steps)."""
+    path = tmp_path_factory.mktemp("finished") / "finished.ckpt"
+    trainer = torchplug.Trainer(**quiet(max_epochs=3, limit_train_batches=16))
+    trainer.fit(Classifier(), datamodule=BlobData())
+    trainer.save_checkpoint(path)
+    return path
+
+
+def test_resuming_past_max_epochs_is_refused(finished_run: Path) -> None:
+    """As in Lightning: the checkpoint is at epoch 3, max_epochs=2 would train nothing without a word."""
+    trainer = torchplug.Trainer(**quiet(max_epochs=2))
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=str(finished_run))
+    assert f"max_epochs=2 is not valid to resume from {str(finished_run)!r}: the checkpoint is at epoch 3" in str(
+        info.value
+    )
+    assert "Hint: give max_epochs > 3" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("limits", "reached"),
+    [({"max_epochs": 3}, "max_epochs=3 is already reached"), ({"max_steps": 40}, "max_steps=40 is already reached")],
+    ids=["max_epochs", "max_steps"],
+)
+def test_resuming_where_the_limits_are_reached_says_that_nothing_was_trained(
+    finished_run: Path, limits: dict[str, Any], reached: str
+) -> None:
+    trainer = torchplug.Trainer(**quiet(**limits))
+    with pytest.warns(UserWarning, match="fit\\(\\) trained nothing") as record:
+        trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=str(finished_run))
+    message = next(str(w.message) for w in record if "trained nothing" in str(w.message))
+    assert f"at epoch 3, global step 48, where {reached}. Hint: raise max_epochs or max_steps" in message
+    assert trainer.global_step == 48

@@ -236,6 +236,13 @@ class CheckpointConnector:
                 )
         trainer.fit_loop.restore(fit_state, rng.get("global"), checkpoint.get("accumulated_gradients"))
         trainer.should_stop = trainer.fit_loop.progress.should_stop
+        epoch, max_epochs = trainer.fit_loop.progress.epoch, trainer.max_epochs
+        if max_epochs is not None and max_epochs != -1 and epoch > max_epochs:  # as in Lightning: refused
+            raise MisconfigurationError(
+                f"max_epochs={max_epochs} is not valid to resume from {self.ckpt_path!r}: the checkpoint is "
+                f"at epoch {epoch}, past the last epoch that max_epochs allows. Hint: give max_epochs > {epoch} to "
+                "train on, or start without ckpt_path."
+            )
 
     def resolve_path(self, ckpt_path: str | None, fn: str) -> str | None:
         """Turn ``ckpt_path`` (a path, "last", "best", "auto" or None) into a path, with errors in the user's words.
