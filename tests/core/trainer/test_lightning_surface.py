@@ -486,6 +486,85 @@ def test_a_combined_loader_that_zips_batches_cannot_be_evaluated():
     assert "Hint: pass CombinedLoader(..., mode='sequential')" in str(info.value)
 
 
+def _shards(loader: DataLoader[Any], unrepeated: bool = False) -> list[list[int]]:
+    """The sample indices each of 2 processes reads from ``loader`` once use_distributed_sampler rebuilt it."""
+    from torchplug.trainer.data import with_distributed_sampler
+
+    shards = []
+    for rank in (0, 1):
+        torch.manual_seed(7)  # every process seeds alike (seed_everything): a random sampler draws the same
+        rebuilt = with_distributed_sampler(loader, {"num_replicas": 2, "rank": rank}, True, unrepeated)
+        shards.append([int(i) for batch in rebuilt for i in batch[0].reshape(-1)])
+    return shards
+
+
+class _Indices(torch.utils.data.Dataset[Any]):
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, index: int) -> Any:
+        return torch.tensor(index), torch.tensor(0)
+
+
+def _weighted() -> DataLoader[Any]:
+    return DataLoader(_Indices(), batch_size=2, sampler=torch.utils.data.WeightedRandomSampler([1.0] * 10, 10))
+
+
+def _batch_sampler() -> DataLoader[Any]:
+    batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(_Indices()), 2, drop_last=False)
+    return DataLoader(_Indices(), batch_sampler=batches)
+
+
+class _FirstSeven(torch.utils.data.Sampler[int]):
+    """A sampler of the user's own: the first 7 indices."""
+
+    def __iter__(self) -> Any:
+        return iter(range(7))
+
+    def __len__(self) -> int:
+        return 7
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [
+        pytest.param(_weighted, id="custom-sampler"),
+        pytest.param(_batch_sampler, id="batch-sampler"),
+        pytest.param(lambda: DataLoader(_Indices(), batch_size=None), id="no-automatic-batching"),
+    ],
+)
+def test_use_distributed_sampler_shards_loaders_with_other_samplers(loader):
+    """As in Lightning: each process reads its own share (they read everything before, each of them)."""
+    shards = _shards(loader())
+    torch.manual_seed(7)
+    everything = [int(i) for batch in loader() for i in batch[0].reshape(-1)]
+    assert [len(shard) for shard in shards] == [5, 5]
+    assert sorted(shards[0] + shards[1]) == sorted(everything)
+
+
+def test_a_custom_sampler_is_shared_out_without_repeats_for_predict():
+    loader = DataLoader(_Indices(), batch_size=2, sampler=_FirstSeven())
+    assert _shards(loader, unrepeated=True) == [[0, 2, 4, 6], [1, 3, 5]]
+
+
+def test_a_batch_sampler_that_cannot_take_another_sampler_is_refused_under_use_distributed_sampler():
+    class Buckets:
+        def __iter__(self):
+            return iter([[0, 1], [2, 3]])
+
+        def __len__(self):
+            return 2
+
+    with pytest.raises(MisconfigurationError) as info:
+        _shards(DataLoader(_Indices(), batch_sampler=Buckets()))
+    assert "use_distributed_sampler=True cannot shard the batches of DataLoader(batch_sampler=Buckets(...))" in str(
+        info.value
+    )
+    assert "Hint: make Buckets a torch BatchSampler that takes (sampler, batch_size, drop_last), or pass " in str(
+        info.value
+    )
+
+
 def test_datamodule_from_datasets():
     data = torchplug.DataModule.from_datasets(blobs(64), val_dataset=blobs(32), batch_size=16)
     trainer = fit(data=data)

@@ -8,7 +8,15 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
 from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
@@ -28,6 +36,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataConnector",
+    "DistributedSamplerWrapper",
     "IndexBatchSampler",
     "UnrepeatedDistributedSampler",
     "as_list",
@@ -85,27 +94,29 @@ def as_list(loaders: Any, what: str = "dataloaders") -> list[Any]:
 def with_distributed_sampler(
     loader: Any, sampler_kwargs: dict[str, Any] | None, shuffle_default: bool, unrepeated: bool = False
 ) -> Any:
-    """Rebuild a plain DataLoader so that each process reads its own shard of the data.
+    """Rebuild a DataLoader so that each process reads its own shard of the data (``use_distributed_sampler``).
 
-    A loader with a custom sampler, an iterable dataset, or anything that is not a DataLoader is
-    returned as it is (its author already decides what each process reads). ``unrepeated``: shards
-    without repeated samples (:class:`UnrepeatedDistributedSampler`), for ``predict``.
+    As in Lightning: a ``RandomSampler`` or ``SequentialSampler`` becomes a ``DistributedSampler``
+    (shuffling as the sampler did); a custom sampler (a ``WeightedRandomSampler``...) is wrapped in a
+    :class:`DistributedSamplerWrapper`, which gives each process its share of what the sampler yields;
+    a ``BatchSampler`` (or a subclass that takes ``(sampler, batch_size, drop_last)``) is rebuilt
+    around such a sampler. A loader that already has a ``DistributedSampler``, an iterable dataset, or
+    anything that is not a DataLoader is returned as it is. ``unrepeated``: shards without repeated
+    samples (:class:`UnrepeatedDistributedSampler`), for ``predict``.
+
+    Raises:
+        MisconfigurationError: A custom batch sampler that cannot be rebuilt around another sampler:
+            every process would read all the data.
     """
-    if sampler_kwargs is None or not isinstance(loader, DataLoader):
+    if sampler_kwargs is None or not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return loader
-    sampler = loader.sampler
-    if isinstance(sampler, DistributedSampler) or not isinstance(sampler, (RandomSampler, SequentialSampler)):
+    batch_sampler = loader.batch_sampler
+    if batch_sampler is not None and loader.batch_size is None:  # a batch sampler of the user's own
+        return _with_distributed_batch_sampler(loader, batch_sampler, sampler_kwargs, unrepeated)
+    distributed = _distributed(loader.sampler, loader.dataset, sampler_kwargs, shuffle_default, unrepeated)
+    if distributed is None:
         return loader
-    if loader.batch_size is None:  # a custom batch_sampler: leave it alone
-        return loader
-    shuffle = isinstance(sampler, RandomSampler) if sampler is not None else shuffle_default
-    seed = env_int("TORCHPLUG_GLOBAL_SEED", 0, minimum=0, maximum=2**32 - 1)
-    sampler_class = UnrepeatedDistributedSampler if unrepeated else DistributedSampler
-    distributed: DistributedSampler[Any] = sampler_class(loader.dataset, shuffle=shuffle, seed=seed, **sampler_kwargs)
-    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
-    if kwargs.get("num_workers", 0) == 0:
-        kwargs.pop("prefetch_factor", None)
-        kwargs["persistent_workers"] = False
+    kwargs = _loader_kwargs(loader, keep_drop_last=True)
     try:
         return type(loader)(loader.dataset, batch_size=loader.batch_size, sampler=distributed, **kwargs)
     except TypeError:
@@ -114,6 +125,112 @@ def with_distributed_sampler(
             "all the data. Hint: pass use_distributed_sampler=False and shard it yourself."
         )
         return loader
+
+
+def _distributed(
+    sampler: Any, dataset: Any, sampler_kwargs: dict[str, Any], shuffle_default: bool, unrepeated: bool
+) -> Sampler[Any] | None:
+    """The sampler of this process's shard in place of ``sampler``; None when ``sampler`` already shards."""
+    if isinstance(sampler, (DistributedSampler, DistributedSamplerWrapper)):
+        return None
+    seed = env_int("TORCHPLUG_GLOBAL_SEED", 0, minimum=0, maximum=2**32 - 1)
+    if isinstance(sampler, (RandomSampler, SequentialSampler)) or sampler is None:
+        shuffle = isinstance(sampler, RandomSampler) if sampler is not None else shuffle_default
+        sampler_class = UnrepeatedDistributedSampler if unrepeated else DistributedSampler
+        distributed: DistributedSampler[Any] = sampler_class(dataset, shuffle=shuffle, seed=seed, **sampler_kwargs)
+        return distributed
+    return DistributedSamplerWrapper(sampler, unrepeated=unrepeated, seed=seed, **sampler_kwargs)
+
+
+def _loader_kwargs(loader: DataLoader[Any], keep_drop_last: bool) -> dict[str, Any]:
+    """The DataLoader arguments carried over to a rebuilt loader."""
+    kwargs = {
+        name: getattr(loader, name)
+        for name in _LOADER_ARGS
+        if hasattr(loader, name) and (keep_drop_last or name != "drop_last")
+    }
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    return kwargs
+
+
+def _with_distributed_batch_sampler(
+    loader: DataLoader[Any], batch_sampler: Any, sampler_kwargs: dict[str, Any], unrepeated: bool
+) -> Any:
+    """``loader`` with its custom batch sampler rebuilt around this process's shard of its sampler."""
+    name = type(batch_sampler).__name__
+    hint = (
+        f"Hint: make {name} a torch BatchSampler that takes (sampler, batch_size, drop_last), or pass "
+        "Trainer(use_distributed_sampler=False) and give each process its shard in the batch sampler yourself."
+    )
+    if not isinstance(batch_sampler, BatchSampler):
+        raise MisconfigurationError(
+            f"use_distributed_sampler=True cannot shard the batches of {type(loader).__name__}(batch_sampler={name}"
+            f"(...)): {name} is not a torch BatchSampler, so there is no sampler to give each process its own "
+            f"shard, and every process would read all the data. {hint}"
+        )
+    distributed = _distributed(batch_sampler.sampler, loader.dataset, sampler_kwargs, False, unrepeated)
+    if distributed is None:
+        return loader
+    try:
+        rebuilt = type(batch_sampler)(
+            distributed, batch_size=batch_sampler.batch_size, drop_last=batch_sampler.drop_last
+        )
+        return type(loader)(loader.dataset, batch_sampler=rebuilt, **_loader_kwargs(loader, keep_drop_last=False))
+    except TypeError as exc:
+        raise MisconfigurationError(
+            f"use_distributed_sampler=True cannot shard the batches of {type(loader).__name__}(batch_sampler={name}"
+            f"(...)): rebuilding {name}(sampler, batch_size=..., drop_last=...) around a distributed sampler "
+            f"failed ({exc}), and every process would read all the data. {hint}"
+        ) from exc
+
+
+class _SamplerPositions:
+    """A sized stand-in for a sampler's output, so that a DistributedSampler can split its positions."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+
+class DistributedSamplerWrapper(Sampler[Any]):
+    """This process's share of what a custom sampler yields: items ``rank, rank + n, ...`` of each pass.
+
+    The sampler runs in every process (its own random draws, for a ``WeightedRandomSampler``; the
+    same draws where every process seeds alike) and keeps its order: the positions are split
+    without shuffling, padded with repeats to equal shares (or never repeated with
+    ``unrepeated=True``, for ``predict``), as a DistributedSampler splits a dataset.
+
+    Args:
+        sampler: The sampler to share out (it must have a length).
+        num_replicas: The number of processes.
+        rank: This process's global rank.
+        unrepeated: Shares that differ by at most one item instead of padded ones.
+        seed: Passed to the DistributedSampler that splits the positions.
+    """
+
+    def __init__(self, sampler: Any, num_replicas: int, rank: int, unrepeated: bool = False, seed: int = 0) -> None:
+        self.sampler = sampler
+        positions_class = UnrepeatedDistributedSampler if unrepeated else DistributedSampler
+        self._positions: DistributedSampler[Any] = positions_class(
+            _SamplerPositions(sampler), num_replicas=num_replicas, rank=rank, shuffle=False, seed=seed
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        items = list(self.sampler)
+        return iter([items[position] for position in self._positions])
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pass the epoch on to the wrapped sampler, where it takes one."""
+        set_epoch = getattr(self.sampler, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
 
 
 class UnrepeatedDistributedSampler(DistributedSampler[Any]):
