@@ -160,6 +160,23 @@ def test_overfit_batches_trains_on_the_same_unshuffled_batches_every_epoch():
     assert trainer.num_val_batches == [2]
 
 
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        pytest.param(lambda data: torch.utils.data.RandomSampler(data), id="shuffle"),
+        pytest.param(lambda data: torch.utils.data.WeightedRandomSampler([1.0] * len(data), len(data)), id="weighted"),
+    ],
+)
+def test_overfit_batches_reads_in_order_in_every_process(sampler):
+    """The DistributedSampler of each process used to shuffle; a custom sampler was kept, drawing other batches."""
+    data = blobs(64)
+    trainer = torchplug.Trainer(**quiet(accelerator="cpu", strategy="ddp", devices=2, overfit_batches=2))
+    with pytest.warns(UserWarning, match="overfit_batches is set, so the train_dataloaders are read in order"):
+        loader = trainer._data._train_loader(DataLoader(data, batch_size=8, sampler=sampler(data)))
+    assert isinstance(loader.sampler, torch.utils.data.DistributedSampler) and not loader.sampler.shuffle
+    assert [int(i) for i in loader.sampler][:4] == [0, 2, 4, 6]  # rank 0's shard, in order
+
+
 # -- benchmark ------------------------------------------------------------------------------------
 
 

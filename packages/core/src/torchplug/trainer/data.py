@@ -309,14 +309,24 @@ def with_batch_indices(loader: Any) -> Any:
 
 
 def sequential(loader: Any, what: str) -> Any:
-    """``loader`` reading its data in order (``overfit_batches``): a shuffling DataLoader is rebuilt, with a warning."""
-    if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler) or loader.batch_size is None:
+    """``loader`` reading its data in order (``overfit_batches``): a DataLoader with another sampler is rebuilt.
+
+    As in Lightning, any sampler but a ``SequentialSampler`` (a shuffling one, a ``WeightedRandomSampler``...)
+    gives way to one, with a warning naming it; run before the distributed sampler is added, so that
+    each process's shard stays in order too.
+    """
+    if (
+        not isinstance(loader, DataLoader)
+        or isinstance(loader.sampler, SequentialSampler)
+        or isinstance(loader.dataset, IterableDataset)
+        or loader.batch_size is None
+    ):
         return loader
-    rank_zero_warn(f"overfit_batches is set, so the {what} are read in order: their shuffling is turned off.")
-    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
-    if kwargs.get("num_workers", 0) == 0:
-        kwargs.pop("prefetch_factor", None)
-        kwargs["persistent_workers"] = False
+    rank_zero_warn(
+        f"overfit_batches is set, so the {what} are read in order: their {type(loader.sampler).__name__} is "
+        "replaced by a SequentialSampler (their shuffling is turned off)."
+    )
+    kwargs = _loader_kwargs(loader, keep_drop_last=True)
     return type(loader)(loader.dataset, batch_size=loader.batch_size, shuffle=False, **kwargs)
 
 
@@ -484,11 +494,13 @@ class DataConnector:
                     "fit() with CombinedLoader(mode='sequential'): training_step receives every batch of the first "
                     "loader, then of the next, with batch_idx counting over the whole epoch."
                 )
-            loaders = [self.process(loader, "train_dataloaders", True) for loader in train.flattened]
-            train.flattened = [sequential(loader, "train_dataloaders") for loader in loaders] if overfit else loaders
+            loaders = (
+                [sequential(loader, "train_dataloaders") for loader in train.flattened] if overfit else train.flattened
+            )
+            train.flattened = [self.process(loader, "train_dataloaders", True) for loader in loaders]
             return train
-        loader = self.process(train, "train_dataloaders", True)
-        return sequential(loader, "train_dataloaders") if overfit else loader
+        loader = sequential(train, "train_dataloaders") if overfit else train
+        return self.process(loader, "train_dataloaders", True)
 
     def reload_fit(self) -> None:
         """Ask the DataModule (or module) for new fit dataloaders now (``reload_dataloaders_every_n_epochs``)."""
@@ -591,9 +603,9 @@ class DataConnector:
             return  # no validation: its dataloader is not even requested
         val = self._fit_given[1]
         loaders = as_list(val if val is not None else self.source("val_dataloader"), "val_dataloaders")
-        self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
         if self._trainer.overfit_batches:
-            self.val_loaders = [sequential(v, "val_dataloaders") for v in self.val_loaders]
+            loaders = [sequential(v, "val_dataloaders") for v in loaders]
+        self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
         self.num_val_batches = [
             limit_batches(num_batches(v), self._trainer.limit_val_batches, "limit_val_batches")
             for v in self.val_loaders
