@@ -663,3 +663,26 @@ def test_a_weights_only_checkpoint_cannot_resume_fit(tmp_path):
     with pytest.raises(MisconfigurationError, match="holds only weights"):
         fit(max_epochs=2, ckpt_path=str(tmp_path / "w.ckpt"))
     assert math.isfinite(float(Classifier.load_from_checkpoint(tmp_path / "w.ckpt").net[0].weight.sum()))
+
+
+def test_test_without_a_model_after_fit_loads_the_best_checkpoint_and_says_so(tmp_path):
+    """As in Lightning; it used the last weights in memory without a word."""
+    from torchplug.callbacks import ModelCheckpoint
+
+    best_is_the_first = ModelCheckpoint(dirpath=tmp_path, monitor="val_acc", mode="min", save_top_k=1)
+    trainer = fit(max_epochs=3, callbacks=[best_is_the_first], enable_checkpointing=True)
+    best = best_is_the_first.best_model_path
+    assert best.endswith("epoch=0-step=16.ckpt")
+    with pytest.warns(UserWarning, match=r"trainer\.test\(\) was called without a model or ckpt_path: the best"):
+        trainer.test(datamodule=BlobData(), verbose=False)
+    saved = torch.load(best, weights_only=True)["state_dict"]
+    assert all(torch.equal(value, saved[name]) for name, value in weights(trainer.lightning_module).items())
+
+
+def test_validate_without_a_model_or_a_best_checkpoint_uses_the_weights_in_memory_and_says_so():
+    trainer = fit(max_epochs=1)
+    before = weights(trainer.lightning_module)
+    with pytest.warns(UserWarning, match="no ModelCheckpoint saved a best checkpoint: the weights in memory") as record:
+        trainer.validate(datamodule=BlobData(), verbose=False)
+    assert "Hint: pass ckpt_path='best', 'last' or a path to choose" in str(record[0].message)
+    assert all(torch.equal(value, before[name]) for name, value in weights(trainer.lightning_module).items())

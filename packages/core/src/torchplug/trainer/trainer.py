@@ -42,6 +42,7 @@ from torchplug.trainer.properties import TrainerProperties
 from torchplug.trainer.run import Runner
 from torchplug.trainer.signals import SignalStop
 from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState
+from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     import torch
@@ -351,6 +352,32 @@ class Trainer(TrainerProperties):
 
     # -- running ------------------------------------------------------------------------------------
 
+    def _default_weights(self, fn: TrainerFn) -> str | None:
+        """The weights ``validate``/``test``/``predict`` use when given neither a model nor ``ckpt_path``.
+
+        As in Lightning, the best checkpoint of the first ModelCheckpoint (``"best"``), with a warning
+        saying so; where none was saved, the weights in memory, as the last run left them, with a
+        warning too (Lightning raises there).
+        """
+        callback = self.checkpoint_callback
+        best = getattr(callback, "best_model_path", "") if callback is not None else ""
+        choose = (
+            f"Hint: pass ckpt_path='best', 'last' or a path to choose (and silence this), or the model to "
+            f"use its weights as they are: trainer.{fn.value}(model, ...)."
+        )
+        if best:
+            rank_zero_warn(
+                f"trainer.{fn.value}() was called without a model or ckpt_path: the best checkpoint of the "
+                f"previous fit is loaded ({best}), as in Lightning. {choose}"
+            )
+            return "best"
+        rank_zero_warn(
+            f"trainer.{fn.value}() was called without a model or ckpt_path, and no ModelCheckpoint saved a best "
+            f"checkpoint: the weights in memory, as the last run left them, are used (Lightning would load the best "
+            f"checkpoint, or raise). {choose}"
+        )
+        return None
+
     def _evaluate(
         self,
         fn: TrainerFn,
@@ -365,6 +392,8 @@ class Trainer(TrainerProperties):
             _refuse_two_sources(fn.value, "dataloaders", dataloaders, datamodule)
             datamodule, dataloaders = dataloaders, None
         _refuse_two_sources(fn.value, "dataloaders", dataloaders, datamodule)
+        if model is None and ckpt_path is None and self.module is not None:
+            ckpt_path = self._default_weights(fn)
         model = model if model is not None else self.module
         if model is None:
             raise MisconfigurationError(f"trainer.{fn.value}() needs a model: trainer.{fn.value}(model, ...).")
