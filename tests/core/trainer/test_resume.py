@@ -174,3 +174,49 @@ def test_resuming_where_the_limits_are_reached_says_that_nothing_was_trained(
     message = next(str(w.message) for w in record if "trained nothing" in str(w.message))
     assert f"at epoch 3, global step 48, where {reached}. Hint: raise max_epochs or max_steps" in message
     assert trainer.global_step == 48
+
+
+@pytest.mark.parametrize(
+    ("ckpt_path", "hint"),
+    [
+        ("lst", "Hint: did you mean ckpt_path='last'?"),
+        ("hpc", "Hint: ckpt_path='hpc' is Lightning's; here a requeued job resumes by itself"),
+        ("runs/model.ckpt", "Hint: give the path of a checkpoint file or directory, or 'last', 'best' or 'auto'."),
+    ],
+    ids=["misspelt-last", "lightning-hpc", "missing-file"],
+)
+def test_a_ckpt_path_that_names_no_checkpoint_says_what_to_give(ckpt_path: str, hint: str) -> None:
+    trainer = torchplug.Trainer(**quiet(max_epochs=1))
+    with pytest.raises(FileNotFoundError) as info:
+        trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=ckpt_path)
+    assert f"fit(ckpt_path={ckpt_path!r}): checkpoint file not found. {hint}" in str(info.value)
+
+
+def test_ckpt_path_last_is_the_newest_last_checkpoint_of_any_model_checkpoint(tmp_path: Path) -> None:
+    """As in Lightning; only the first ModelCheckpoint was asked, which here keeps no last checkpoint."""
+    from torchplug.callbacks import ModelCheckpoint
+
+    def callbacks() -> list[Any]:
+        return [
+            ModelCheckpoint(dirpath=tmp_path / "best", monitor="val_loss"),
+            ModelCheckpoint(dirpath=tmp_path / "last", save_last=True),
+        ]
+
+    args = {"enable_checkpointing": True}
+    torchplug.Trainer(**quiet(max_epochs=2, callbacks=callbacks(), **args)).fit(Classifier(), datamodule=BlobData())
+    trainer = torchplug.Trainer(**quiet(max_epochs=3, callbacks=callbacks(), **args))
+    trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path="last")
+    assert trainer.ckpt_path == str(tmp_path / "last" / "last.ckpt")
+    assert trainer.global_step == 48
+
+
+def test_ckpt_path_best_with_several_model_checkpoints_says_which_one_it_takes(tmp_path: Path) -> None:
+    from torchplug.callbacks import ModelCheckpoint
+
+    first = ModelCheckpoint(dirpath=tmp_path / "a", monitor="val_loss")
+    second = ModelCheckpoint(dirpath=tmp_path / "b", monitor="val_acc", mode="max")
+    trainer = torchplug.Trainer(**quiet(max_epochs=1, callbacks=[first, second], enable_checkpointing=True))
+    trainer.fit(Classifier(), datamodule=BlobData())
+    with pytest.warns(UserWarning, match="the best checkpoint of the first one \\(monitor='val_loss'\\) is used"):
+        trainer.validate(datamodule=BlobData(), ckpt_path="best", verbose=False)
+    assert trainer.ckpt_path == first.best_model_path
