@@ -686,3 +686,17 @@ def test_validate_without_a_model_or_a_best_checkpoint_uses_the_weights_in_memor
         trainer.validate(datamodule=BlobData(), verbose=False)
     assert "Hint: pass ckpt_path='best', 'last' or a path to choose" in str(record[0].message)
     assert all(torch.equal(value, before[name]) for name, value in weights(trainer.lightning_module).items())
+
+
+@pytest.mark.parametrize(("given", "kept"), [(None, True), (True, True), (False, False)])
+def test_predict_return_predictions_none_returns_them_as_in_lightning(given, kept):
+    """None is Lightning's default (return them); it returned nothing."""
+    loader = DataLoader(blobs(8).tensors[0], batch_size=4)
+    predictions = torchplug.Trainer(**quiet()).predict(Classifier(), loader, return_predictions=given)
+    assert (predictions is not None and len(predictions) == 2) is kept
+
+
+def test_predict_return_predictions_that_is_not_a_bool_is_refused():
+    loader = DataLoader(blobs(8).tensors[0], batch_size=4)
+    with pytest.raises(MisconfigurationError, match="return_predictions='no': choose True, False"):
+        torchplug.Trainer(**quiet()).predict(Classifier(), loader, return_predictions="no")

@@ -315,11 +315,16 @@ class Trainer(TrainerProperties):
         model: Module | None = None,
         dataloaders: Any = None,
         datamodule: DataModule | None = None,
-        return_predictions: bool = True,
+        return_predictions: bool | None = None,
         ckpt_path: str | None = None,
     ) -> Any:
-        """Run ``predict_step`` over the data; return the predictions (a list per dataloader when several)."""
-        return self._evaluate(TrainerFn.PREDICTING, model, dataloaders, ckpt_path, datamodule, return_predictions)
+        """Run ``predict_step`` over the data; return the predictions (a list per dataloader when several).
+
+        ``return_predictions``: True or None (the default, as in Lightning) returns them; False
+        keeps none (for a :class:`~torchplug.callbacks.BasePredictionWriter` that writes them).
+        """
+        keep = check.check_bool("return_predictions", return_predictions, (None,)) is not False
+        return self._evaluate(TrainerFn.PREDICTING, model, dataloaders, ckpt_path, datamodule, keep)
 
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
