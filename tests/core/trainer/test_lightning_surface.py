@@ -268,6 +268,13 @@ def test_dataloaders_are_requested_again_every_n_epochs(every, requests):
     assert data.requests == requests
 
 
+def test_reload_dataloaders_every_n_epochs_says_that_loaders_passed_to_fit_cannot_be_reloaded():
+    """They are the same objects every epoch: the setting did nothing, without a word."""
+    trainer = torchplug.Trainer(**quiet(max_epochs=2, reload_dataloaders_every_n_epochs=1, limit_val_batches=0))
+    with pytest.warns(UserWarning, match="reload_dataloaders_every_n_epochs=1 cannot reload train_dataloaders:"):
+        trainer.fit(Classifier(), _loader(64))
+
+
 # -- barebones ------------------------------------------------------------------------------------
 
 

@@ -580,6 +580,25 @@ class DataConnector:
                 "limit_val_batches=0 to say that no validation is intended."
             )
 
+    def warn_if_reload_cannot_reload(self) -> None:
+        """Say so, once per ``fit``, when ``reload_dataloaders_every_n_epochs`` cannot give new loaders.
+
+        Loaders passed to ``fit()`` itself are the same objects every epoch: only the hooks
+        (``train_dataloader()``, ``val_dataloader()``) can build new ones.
+        """
+        every = self._trainer.reload_dataloaders_every_n_epochs
+        given = [
+            name
+            for name, loaders in zip(("train_dataloaders", "val_dataloaders"), self._fit_given)
+            if loaders is not None
+        ]
+        if every and given:
+            rank_zero_warn(
+                f"reload_dataloaders_every_n_epochs={every} cannot reload {' and '.join(given)}: they were passed "
+                "to fit() directly, so the same loaders are read every epoch. Hint: return them from "
+                "train_dataloader()/val_dataloader() of the module or a DataModule to have them built again."
+            )
+
     def setup_train(self) -> None:
         """Request and prepare the training loader, once per ``fit``."""
         if self._train_ready:

@@ -177,6 +177,7 @@ class Runner:
         try:
             trainer._data.setup_fit(train_dataloaders, val_dataloaders)
             trainer._data.warn_if_validation_is_skipped()
+            trainer._data.warn_if_reload_cannot_reload()
             trainer.strategy.setup(functools.partial(configure_optimizers, trainer))
             checkpoint = trainer._checkpoints.load_for_fit(ckpt_path)
             if checkpoint is not None:
