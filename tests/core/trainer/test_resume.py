@@ -220,3 +220,19 @@ def test_ckpt_path_best_with_several_model_checkpoints_says_which_one_it_takes(t
     with pytest.warns(UserWarning, match="the best checkpoint of the first one \\(monitor='val_loss'\\) is used"):
         trainer.validate(datamodule=BlobData(), ckpt_path="best", verbose=False)
     assert trainer.ckpt_path == first.best_model_path
+
+
+@pytest.mark.parametrize(("saved", "now"), [(None, "epoch"), ("epoch", None)], ids=["added", "dropped"])
+def test_resuming_with_another_number_of_schedulers_says_what_is_restored(
+    saved: str | None, now: str | None, tmp_path: Path
+) -> None:
+    """The scheduler states were zipped with the schedulers: a mismatch was half-applied without a word."""
+    path = tmp_path / "s.ckpt"
+    trainer = torchplug.Trainer(**quiet(max_epochs=1, limit_train_batches=4))
+    trainer.fit(Classifier(scheduler=saved), datamodule=BlobData())
+    trainer.save_checkpoint(path)
+    counts = (0, 1) if saved is None else (1, 0)
+    with pytest.warns(UserWarning, match=f"holds {counts[0]} learning-rate scheduler state\\(s\\), but configure_"):
+        torchplug.Trainer(**quiet(max_epochs=2, limit_train_batches=4)).fit(
+            Classifier(scheduler=now), datamodule=BlobData(), ckpt_path=str(path)
+        )

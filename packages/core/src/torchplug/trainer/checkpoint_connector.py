@@ -209,7 +209,16 @@ class CheckpointConnector:
                 callback.load_state_dict(state)
         for optimizer, state in zip(trainer.optimizers, saved):
             strategy.load_optimizer_state_dict(optimizer, state)
-        for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+        saved_schedulers = checkpoint.get("lr_schedulers", [])
+        if len(saved_schedulers) != len(trainer.lr_scheduler_configs):
+            rank_zero_warn(
+                f"{self.ckpt_path!r} holds {len(saved_schedulers)} learning-rate scheduler state(s), but "
+                f"configure_optimizers() returned {len(trainer.lr_scheduler_configs)} scheduler(s): only the first "
+                f"{min(len(saved_schedulers), len(trainer.lr_scheduler_configs))} are restored, in order; the others "
+                "start afresh or are dropped, so the learning rates differ from the interrupted run's. Hint: return "
+                "the schedulers the checkpoint was written with to resume exactly."
+            )
+        for config, state in zip(trainer.lr_scheduler_configs, saved_schedulers):
             config.scheduler.load_state_dict(state)
         precision_key = type(strategy.precision).__qualname__
         strategy.precision.load_state_dict(checkpoint.get("precision", checkpoint.get(precision_key, {})))
