@@ -191,6 +191,8 @@ class Trainer(TrainerProperties):
         self.max_epochs: int | None = 1 if dev else (epochs if epochs is not None or steps != -1 else 1000)
         self.min_epochs: int | None = check.check_int("min_epochs", min_epochs, 0, (None,))
         self.min_steps: int | None = check.check_int("min_steps", min_steps, 0, (None,))
+        _warn_if_minimum_above_maximum("epochs", self.min_epochs, epochs)
+        _warn_if_minimum_above_maximum("steps", self.min_steps, steps)
         train, val, test, predict = (
             check.check_limit(f"limit_{stage}_batches", value)
             for stage, value in zip(("train", "val", "test", "predict"), (
@@ -420,3 +422,12 @@ def _refuse_two_sources(fn: str, name: str, loaders: Any, datamodule: DataModule
         f"of data, and one of them would be ignored. Hint: pass the dataloaders or the DataModule, not both (a "
         f"DataModule's dataloaders come from its *_dataloader() methods)."
     )
+
+
+def _warn_if_minimum_above_maximum(unit: str, minimum: int | None, maximum: int | None) -> None:
+    """``min_epochs``/``min_steps`` above the maximum given: the maximum ends training first, so say so."""
+    if minimum is not None and maximum is not None and maximum != -1 and minimum > maximum:
+        rank_zero_warn(
+            f"min_{unit}={minimum} is more than max_{unit}={maximum}: training stops at max_{unit}, so min_{unit} "
+            f"has no effect. Hint: give min_{unit} <= max_{unit}."
+        )
