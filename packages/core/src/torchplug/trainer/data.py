@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import (
     BatchSampler,
     DataLoader,
+    Dataset,
     DistributedSampler,
     IterableDataset,
     RandomSampler,
@@ -186,14 +187,17 @@ def _with_distributed_batch_sampler(
         ) from exc
 
 
-class _SamplerPositions:
-    """A sized stand-in for a sampler's output, so that a DistributedSampler can split its positions."""
+class _SamplerPositions(Dataset[int]):
+    """The positions in a sampler's output, as a dataset that a DistributedSampler can split."""
 
     def __init__(self, sampler: Any) -> None:
         self.sampler = sampler
 
     def __len__(self) -> int:
         return len(self.sampler)
+
+    def __getitem__(self, position: int) -> int:
+        return position
 
 
 class DistributedSamplerWrapper(Sampler[Any]):
