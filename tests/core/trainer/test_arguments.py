@@ -95,3 +95,16 @@ def test_devices_minus_one_on_the_cpu_is_refused_as_the_readme_says() -> None:
     )
     readme = (Path(__file__).parents[3] / "README.md").read_text()
     assert '# 4, -1 (all devices; on the CPU give a count of processes), "0,2", [0, 2]' in readme
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        _case({"min_epochs": 5, "max_epochs": 2}, "min_epochs=5 is more than max_epochs=2: training stops at max_"),
+        _case({"min_steps": 100, "max_steps": 10}, "min_steps=100 is more than max_steps=10: training stops at max_"),
+    ],
+)
+def test_a_minimum_above_its_maximum_is_announced(kwargs: dict[str, Any], message: str) -> None:
+    """As in Lightning the maximum wins; the minimum had no effect without a word."""
+    with pytest.warns(UserWarning, match=message):
+        torchplug.Trainer(**quiet(**kwargs))

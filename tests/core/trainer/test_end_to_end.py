@@ -122,3 +122,45 @@ def test_load_from_checkpoint_rebuilds_from_hyperparameters(
         torchplug.Trainer(**trainer_args(max_steps=5)).fit(
             classifier(hidden=24), datamodule=data(), ckpt_path=str(tmp_path / "w.ckpt")
         )
+
+
+@pytest.fixture(scope="module")
+def weights_file(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A checkpoint of a Classifier(hidden=24) after 2 steps."""
+    path = tmp_path_factory.mktemp("weights") / "w.ckpt"
+    trainer = torchplug.Trainer(
+        accelerator="cpu", logger=False, enable_checkpointing=False, enable_progress_bar=False, max_steps=2
+    )
+    trainer.fit(Classifier(hidden=24), datamodule=BlobData())
+    trainer.save_checkpoint(path, weights_only=True)
+    return str(path)
+
+
+class WithHead(Classifier):
+    """A Classifier with one more layer than the checkpoint holds."""
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.head = torch.nn.Linear(4, 2)
+
+
+def test_load_from_checkpoint_strict_false_names_the_keys_that_do_not_match(weights_file: str) -> None:
+    """As in Lightning; a partial load was silent."""
+    with pytest.warns(UserWarning, match="strict=False\\): keys that do not match were skipped") as record:
+        WithHead.load_from_checkpoint(weights_file, strict=False)
+    assert "missing from the checkpoint (left as initialised): ['head.weight', 'head.bias']" in str(record[0].message)
+
+
+def test_load_from_checkpoint_strict_none_is_the_modules_strict_loading(weights_file: str) -> None:
+    """None is Lightning's default (the module's strict_loading, True); it loaded non-strictly without a word."""
+    with pytest.raises(RuntimeError, match=r'Missing key\(s\) in state_dict: "head\.weight"'):
+        WithHead.load_from_checkpoint(weights_file, strict=None)
+
+
+def test_load_from_checkpoint_names_an_argument_it_leaves_out_as_given(weights_file: str) -> None:
+    """A misspelt override was reported as a "saved hyperparameter", and dropped."""
+    with pytest.warns(UserWarning, match=r"\['lrr'\] are not arguments of Classifier\.__init__, so") as w:
+        model = Classifier.load_from_checkpoint(weights_file, lrr=0.5)
+    assert "Classifier.load_from_checkpoint(" in str(w[0].message) and ", lrr=...)" in str(w[0].message)
+    assert "Hint: Classifier.__init__ takes dropout, hidden, lr, momentum, scheduler." in str(w[0].message)
+    assert model.hparams.lr == 0.05 and model.hparams.hidden == 24

@@ -63,3 +63,12 @@ def test_no_training_batches_at_all_returns_at_once(caplog: pytest.LogCaptureFix
         trainer.fit(Classifier(), datamodule=BlobData())
     assert "fit() stopped: no training batches (limit_train_batches=0 or an empty loader)." in caplog.text
     assert trainer.global_step == 0
+
+
+def test_an_empty_training_loader_is_announced() -> None:
+    """limit_train_batches=0 asks for no training (an info); a loader with no batches is a warning."""
+    empty = DataLoader(torch.utils.data.TensorDataset(torch.zeros(0, 16), torch.zeros(0).long()), batch_size=4)
+    trainer = torchplug.Trainer(**quiet(max_steps=100))
+    with pytest.warns(UserWarning, match=r"fit\(\) stopped: the training dataloader has no batches"):
+        trainer.fit(Classifier(), empty)
+    assert trainer.global_step == 0

@@ -557,6 +557,39 @@ def test_a_callback_hook_of_lightning_1_is_refused() -> None:
         trainer.fit(Small())
 
 
+class _Data(torchplug.DataModule):
+    def train_dataloader(self) -> Any:
+        return Small().train_dataloader()
+
+
+def test_a_datamodule_hook_of_lightning_1_is_refused() -> None:
+    """Lightning 2 replaced them with state_dict/load_state_dict; the DataModule's state was silently not saved."""
+
+    class OldData(_Data):
+        def on_save_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+            checkpoint["position"] = 3
+
+    trainer = torchplug.Trainer(**quiet(max_steps=1))
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        trainer.fit(Small(), datamodule=OldData())
+    assert "OldData.on_save_checkpoint: a Lightning 1.x DataModule hook that no longer exists" in str(info.value)
+    assert "Hint: use state_dict (what it returns is saved in checkpoints)." in str(info.value)
+
+
+def test_a_module_hook_defined_on_a_datamodule_is_named() -> None:
+    """Neither Lightning nor torchplug calls a Module's hooks on a DataModule; it was silent."""
+    started: list[int] = []
+
+    class EpochData(_Data):
+        def on_train_epoch_start(self) -> None:
+            started.append(1)
+
+    reset_warned()
+    with pytest.warns(UserWarning, match="EpochData defines on_train_epoch_start: hooks of a Module or Callback"):
+        torchplug.Trainer(**quiet(max_steps=1, limit_val_batches=0)).fit(Small(), datamodule=EpochData())
+    assert started == []
+
+
 def test_on_before_backward_gets_the_unscaled_loss_and_the_run_says_so() -> None:
     seen: list[tuple[float, float]] = []
 

@@ -25,6 +25,7 @@ from torchplug.accelerators.cpu import CPUAccelerator
 from torchplug.callbacks.model_summary import ModelSummary
 from torchplug.callbacks.timer import Timer, parse_duration
 from torchplug.profilers import AdvancedProfiler, SimpleProfiler
+from torchplug.utilities.combined_loader import CombinedLoader
 
 #: Lightning 2.6's ``Trainer.__init__`` arguments (read from lightning 2.6.6).
 LIGHTNING_TRAINER_ARGUMENTS = (
@@ -159,6 +160,23 @@ def test_overfit_batches_trains_on_the_same_unshuffled_batches_every_epoch():
     assert trainer.num_val_batches == [2]
 
 
+@pytest.mark.parametrize(
+    "sampler",
+    [
+        pytest.param(lambda data: torch.utils.data.RandomSampler(data), id="shuffle"),
+        pytest.param(lambda data: torch.utils.data.WeightedRandomSampler([1.0] * len(data), len(data)), id="weighted"),
+    ],
+)
+def test_overfit_batches_reads_in_order_in_every_process(sampler):
+    """The DistributedSampler of each process used to shuffle; a custom sampler was kept, drawing other batches."""
+    data = blobs(64)
+    trainer = torchplug.Trainer(**quiet(accelerator="cpu", strategy="ddp", devices=2, overfit_batches=2))
+    with pytest.warns(UserWarning, match="overfit_batches is set, so the train_dataloaders are read in order"):
+        loader = trainer._data._train_loader(DataLoader(data, batch_size=8, sampler=sampler(data)))
+    assert isinstance(loader.sampler, torch.utils.data.DistributedSampler) and not loader.sampler.shuffle
+    assert [int(i) for i in loader.sampler][:4] == [0, 2, 4, 6]  # rank 0's shard, in order
+
+
 # -- benchmark ------------------------------------------------------------------------------------
 
 
@@ -248,6 +266,13 @@ def test_dataloaders_are_requested_again_every_n_epochs(every, requests):
     data = CountingData()
     fit(data=data, max_epochs=4, reload_dataloaders_every_n_epochs=every, limit_train_batches=2)
     assert data.requests == requests
+
+
+def test_reload_dataloaders_every_n_epochs_says_that_loaders_passed_to_fit_cannot_be_reloaded():
+    """They are the same objects every epoch: the setting did nothing, without a word."""
+    trainer = torchplug.Trainer(**quiet(max_epochs=2, reload_dataloaders_every_n_epochs=1, limit_val_batches=0))
+    with pytest.warns(UserWarning, match="reload_dataloaders_every_n_epochs=1 cannot reload train_dataloaders:"):
+        trainer.fit(Classifier(), _loader(64))
 
 
 # -- barebones ------------------------------------------------------------------------------------
@@ -448,6 +473,122 @@ def test_a_dict_or_list_of_training_loaders_cycles_the_shorter_ones():
     assert len(model.batches) == 4 and isinstance(model.batches[0], list)
 
 
+class PerLoader(Classifier):
+    """Counts the evaluation batches of each dataloader_idx."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen: dict[int, int] = {}
+
+    def validation_step(self, batch: Any, batch_idx: int, dataloader_idx: int = 0) -> None:
+        self.seen[dataloader_idx] = self.seen.get(dataloader_idx, 0) + 1
+        self._evaluate(batch, "val")
+
+
+@pytest.mark.parametrize(
+    "loaders",
+    [
+        pytest.param(lambda: {"small": _loader(64), "large": _loader(128)}, id="dict"),
+        pytest.param(
+            lambda: CombinedLoader({"small": _loader(64), "large": _loader(128)}, "sequential"),
+            id="sequential-combined-loader",
+        ),
+    ],
+)
+def test_a_dict_of_evaluation_loaders_evaluates_each_loader_in_turn(loaders):
+    """As in Lightning: the dict's loaders in order, told apart by dataloader_idx (their keys were iterated before)."""
+    model = PerLoader()
+    results = torchplug.Trainer(**quiet()).validate(model, loaders(), verbose=False)
+    assert model.seen == {0: 2, 1: 4}
+    assert len(results) == 2 and "val_loss/dataloader_idx_1" in results[1]
+
+
+def test_a_combined_loader_that_zips_batches_cannot_be_evaluated():
+    with pytest.raises(MisconfigurationError) as info:
+        torchplug.Trainer(**quiet()).validate(PerLoader(), CombinedLoader([_loader(64), _loader(64)], "min_size"))
+    assert "dataloaders=CombinedLoader(mode='min_size') is not valid" in str(info.value)
+    assert "Hint: pass CombinedLoader(..., mode='sequential')" in str(info.value)
+
+
+def _shards(loader: DataLoader[Any], unrepeated: bool = False) -> list[list[int]]:
+    """The sample indices each of 2 processes reads from ``loader`` once use_distributed_sampler rebuilt it."""
+    from torchplug.trainer.data import with_distributed_sampler
+
+    shards = []
+    for rank in (0, 1):
+        torch.manual_seed(7)  # every process seeds alike (seed_everything): a random sampler draws the same
+        rebuilt = with_distributed_sampler(loader, {"num_replicas": 2, "rank": rank}, True, unrepeated)
+        shards.append([int(i) for batch in rebuilt for i in batch[0].reshape(-1)])
+    return shards
+
+
+class _Indices(torch.utils.data.Dataset[Any]):
+    def __len__(self) -> int:
+        return 10
+
+    def __getitem__(self, index: int) -> Any:
+        return torch.tensor(index), torch.tensor(0)
+
+
+def _weighted() -> DataLoader[Any]:
+    return DataLoader(_Indices(), batch_size=2, sampler=torch.utils.data.WeightedRandomSampler([1.0] * 10, 10))
+
+
+def _batch_sampler() -> DataLoader[Any]:
+    batches = torch.utils.data.BatchSampler(torch.utils.data.RandomSampler(_Indices()), 2, drop_last=False)
+    return DataLoader(_Indices(), batch_sampler=batches)
+
+
+class _FirstSeven(torch.utils.data.Sampler[int]):
+    """A sampler of the user's own: the first 7 indices."""
+
+    def __iter__(self) -> Any:
+        return iter(range(7))
+
+    def __len__(self) -> int:
+        return 7
+
+
+@pytest.mark.parametrize(
+    "loader",
+    [
+        pytest.param(_weighted, id="custom-sampler"),
+        pytest.param(_batch_sampler, id="batch-sampler"),
+        pytest.param(lambda: DataLoader(_Indices(), batch_size=None), id="no-automatic-batching"),
+    ],
+)
+def test_use_distributed_sampler_shards_loaders_with_other_samplers(loader):
+    """As in Lightning: each process reads its own share (they read everything before, each of them)."""
+    shards = _shards(loader())
+    torch.manual_seed(7)
+    everything = [int(i) for batch in loader() for i in batch[0].reshape(-1)]
+    assert [len(shard) for shard in shards] == [5, 5]
+    assert sorted(shards[0] + shards[1]) == sorted(everything)
+
+
+def test_a_custom_sampler_is_shared_out_without_repeats_for_predict():
+    loader = DataLoader(_Indices(), batch_size=2, sampler=_FirstSeven())
+    assert _shards(loader, unrepeated=True) == [[0, 2, 4, 6], [1, 3, 5]]
+
+
+def test_a_batch_sampler_that_cannot_take_another_sampler_is_refused_under_use_distributed_sampler():
+    class Buckets:
+        def __iter__(self):
+            return iter([[0, 1], [2, 3]])
+
+        def __len__(self):
+            return 2
+
+    with pytest.raises(MisconfigurationError) as info:
+        _shards(DataLoader(_Indices(), batch_sampler=Buckets()))
+    assert "use_distributed_sampler=True cannot shard the batches of DataLoader(batch_sampler=Buckets(...))" in str(
+        info.value
+    )
+    assert "Hint: make Buckets a torch BatchSampler that takes (sampler, batch_size, drop_last), or pass " in str(
+        info.value
+    )
+
+
 def test_datamodule_from_datasets():
     data = torchplug.DataModule.from_datasets(blobs(64), val_dataset=blobs(32), batch_size=16)
     trainer = fit(data=data)
@@ -529,3 +670,40 @@ def test_a_weights_only_checkpoint_cannot_resume_fit(tmp_path):
     with pytest.raises(MisconfigurationError, match="holds only weights"):
         fit(max_epochs=2, ckpt_path=str(tmp_path / "w.ckpt"))
     assert math.isfinite(float(Classifier.load_from_checkpoint(tmp_path / "w.ckpt").net[0].weight.sum()))
+
+
+def test_test_without_a_model_after_fit_loads_the_best_checkpoint_and_says_so(tmp_path):
+    """As in Lightning; it used the last weights in memory without a word."""
+    from torchplug.callbacks import ModelCheckpoint
+
+    best_is_the_first = ModelCheckpoint(dirpath=tmp_path, monitor="val_acc", mode="min", save_top_k=1)
+    trainer = fit(max_epochs=3, callbacks=[best_is_the_first], enable_checkpointing=True)
+    best = best_is_the_first.best_model_path
+    assert best.endswith("epoch=0-step=16.ckpt")
+    with pytest.warns(UserWarning, match=r"trainer\.test\(\) was called without a model or ckpt_path: the best"):
+        trainer.test(datamodule=BlobData(), verbose=False)
+    saved = torch.load(best, weights_only=True)["state_dict"]
+    assert all(torch.equal(value, saved[name]) for name, value in weights(trainer.lightning_module).items())
+
+
+def test_validate_without_a_model_or_a_best_checkpoint_uses_the_weights_in_memory_and_says_so():
+    trainer = fit(max_epochs=1)
+    before = weights(trainer.lightning_module)
+    with pytest.warns(UserWarning, match="no ModelCheckpoint saved a best checkpoint: the weights in memory") as record:
+        trainer.validate(datamodule=BlobData(), verbose=False)
+    assert "Hint: pass ckpt_path='best', 'last' or a path to choose" in str(record[0].message)
+    assert all(torch.equal(value, before[name]) for name, value in weights(trainer.lightning_module).items())
+
+
+@pytest.mark.parametrize(("given", "kept"), [(None, True), (True, True), (False, False)])
+def test_predict_return_predictions_none_returns_them_as_in_lightning(given, kept):
+    """None is Lightning's default (return them); it returned nothing."""
+    loader = DataLoader(blobs(8).tensors[0], batch_size=4)
+    predictions = torchplug.Trainer(**quiet()).predict(Classifier(), loader, return_predictions=given)
+    assert (predictions is not None and len(predictions) == 2) is kept
+
+
+def test_predict_return_predictions_that_is_not_a_bool_is_refused():
+    loader = DataLoader(blobs(8).tensors[0], batch_size=4)
+    with pytest.raises(MisconfigurationError, match="return_predictions='no': choose True, False"):
+        torchplug.Trainer(**quiet()).predict(Classifier(), loader, return_predictions="no")

@@ -220,6 +220,120 @@ def test_reduce_on_plateau_needs_a_logged_monitor() -> None:
         _fit({"max_epochs": 1}, model=Plateau())
 
 
+def _sgd(module: torch.nn.Module) -> torch.optim.SGD:
+    return torch.optim.SGD(module.parameters(), lr=0.1)
+
+
+def _plateau(optimizer: torch.optim.Optimizer) -> Any:
+    return torch.optim.lr_scheduler.ReduceLROnPlateau(optimizer, patience=0)
+
+
+@pytest.mark.parametrize("scheduler_dict", [False, True], ids=["scheduler", "scheduler-dict"])
+def test_reduce_on_plateau_with_the_monitor_beside_the_scheduler_as_lightning_documents(scheduler_dict: bool) -> None:
+    """Lightning's documented form {"optimizer", "lr_scheduler", "monitor"} was refused as if it had no monitor."""
+
+    class Plateau(Classifier):
+        def configure_optimizers(self) -> Any:
+            optimizer = _sgd(self)
+            scheduler = _plateau(optimizer)
+            given = {"scheduler": scheduler} if scheduler_dict else scheduler
+            return {"optimizer": optimizer, "lr_scheduler": given, "monitor": "train_loss"}
+
+    trainer, _ = _fit({"max_epochs": 1}, model=Plateau())
+    assert trainer.lr_scheduler_configs[0].monitor == "train_loss"
+
+
+def test_reduce_on_plateau_in_manual_optimization_needs_no_monitor_and_ignored_keys_are_named() -> None:
+    """As in Lightning: the module steps it itself; keys only the Trainer's stepping reads are said to be ignored."""
+
+    class ManualPlateau(Classifier):
+        def __init__(self, with_keys: bool) -> None:
+            super().__init__()
+            self.automatic_optimization = False
+            self.with_keys = with_keys
+
+        def training_step(self, batch: Any, batch_idx: int) -> None:
+            optimizer = self.optimizers()
+            optimizer.zero_grad()
+            loss = super().training_step(batch, batch_idx)
+            self.manual_backward(loss)
+            optimizer.step()
+            self.lr_schedulers().step(loss.detach())
+
+        def configure_optimizers(self) -> Any:
+            optimizer = _sgd(self)
+            if self.with_keys:
+                config = {"scheduler": _plateau(optimizer), "monitor": "val_loss", "frequency": 2}
+                return {"optimizer": optimizer, "lr_scheduler": config}
+            return [optimizer], [_plateau(optimizer)]
+
+    trainer, _ = _fit({"max_steps": 3}, model=ManualPlateau(with_keys=False))
+    assert trainer.global_step == 3
+    with pytest.warns(RuntimeWarning, match="sets frequency, monitor, which manual optimization ignores"):
+        _fit({"max_steps": 3}, model=ManualPlateau(with_keys=True))
+
+
+class _Halving:
+    """A scheduler torch does not know, without a ``step`` the default ``lr_scheduler_step`` could call."""
+
+    def __init__(self, optimizer: torch.optim.Optimizer) -> None:
+        self.optimizer = optimizer
+
+
+def _returning(case: str, module: torch.nn.Module) -> Any:
+    optimizer = _sgd(module)
+    if case == "scheduler-class":
+        return {"optimizer": optimizer, "lr_scheduler": torch.optim.lr_scheduler.StepLR}
+    if case == "none-in-the-scheduler-list":
+        return [optimizer], [None]
+    if case == "scheduler-of-another-optimizer":
+        return [optimizer], [torch.optim.lr_scheduler.StepLR(_sgd(module), 1)]
+    if case == "custom-scheduler-without-step":
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": _Halving(optimizer)}}
+    config = {"scheduler": _plateau(optimizer), "monitor": "x"}
+    config.update({"strict": "no"} if case == "strict-as-a-string" else {"frequency": True})
+    return {"optimizer": optimizer, "lr_scheduler": config}
+
+
+@pytest.mark.parametrize(
+    ("case", "message"),
+    [
+        (
+            "scheduler-class",
+            "lr_scheduler=<class 'torch.optim.lr_scheduler.StepLR'> is not valid: it is the class, not a scheduler "
+            "made from it, so it could never step. Hint: return an instance built on your optimizer (StepLR(",
+        ),
+        ("none-in-the-scheduler-list", "lr_scheduler=None is not valid: it is no step() method"),
+        (
+            "scheduler-of-another-optimizer",
+            "lr_scheduler=StepLR is not valid: it changes the learning rate of an optimizer that "
+            "configure_optimizers() did not return",
+        ),
+        ("custom-scheduler-without-step", "it is no step() method, so it could never step"),
+        ("strict-as-a-string", "lr_scheduler strict='no' is not valid: give True"),
+        ("frequency-as-a-bool", "lr_scheduler frequency=True: give a positive int."),
+    ],
+    ids=[
+        "scheduler-class",
+        "none-in-the-scheduler-list",
+        "scheduler-of-another-optimizer",
+        "custom-scheduler-without-step",
+        "strict-as-a-string",
+        "frequency-as-a-bool",
+    ],
+)
+def test_a_scheduler_that_could_never_step_what_is_trained_is_refused_at_setup(case: str, message: str) -> None:
+    """These were accepted, then failed at the first epoch end or checkpoint, or changed no optimizer in use."""
+
+    class Bad(Classifier):
+        def configure_optimizers(self) -> Any:
+            return _returning(case, self)
+
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        _fit({"max_steps": 1}, model=Bad())
+    assert message in str(info.value)
+
+
 def test_manual_optimization() -> None:
     class Manual(Classifier):
         def __init__(self) -> None:
@@ -376,6 +490,49 @@ def test_fit_without_training_data_says_where_to_put_it() -> None:
     trainer = torchplug.Trainer(**quiet(max_epochs=1))
     with pytest.raises(torchplug.MisconfigurationError, match="fit\\(\\) needs training data"):
         trainer.fit(Classifier())
+
+
+def _loader() -> DataLoader[Any]:
+    return DataLoader(blobs(64), batch_size=32)
+
+
+@pytest.mark.parametrize(
+    ("call", "message"),
+    [
+        pytest.param(
+            lambda t: t.fit(Classifier(), train_dataloaders=_loader(), datamodule=BlobData()),
+            "trainer.fit(train_dataloaders=DataLoader, datamodule=BlobData) gives two sources of data",
+            id="fit-train-loaders-and-datamodule",
+        ),
+        pytest.param(
+            lambda t: t.fit(Classifier(), val_dataloaders=_loader(), datamodule=BlobData()),
+            "trainer.fit(val_dataloaders=DataLoader, datamodule=BlobData) gives two sources of data",
+            id="fit-val-loaders-and-datamodule",
+        ),
+        pytest.param(
+            lambda t: t.fit(Classifier(), BlobData(), datamodule=BlobData()),
+            "trainer.fit(train_dataloaders=BlobData, datamodule=BlobData) gives two sources of data",
+            id="fit-two-datamodules",
+        ),
+        pytest.param(
+            lambda t: t.test(Classifier(), dataloaders=_loader(), datamodule=BlobData()),
+            "trainer.test(dataloaders=DataLoader, datamodule=BlobData) gives two sources of data",
+            id="test-loaders-and-datamodule",
+        ),
+        pytest.param(
+            lambda t: t.predict(Classifier(), _loader(), datamodule=BlobData()),
+            "trainer.predict(dataloaders=DataLoader, datamodule=BlobData) gives two sources of data",
+            id="predict-loaders-and-datamodule",
+        ),
+    ],
+)
+def test_dataloaders_and_a_datamodule_together_are_refused(call: Callable[[Any], Any], message: str) -> None:
+    """Lightning refuses it too: one of the two sources would be silently ignored."""
+    trainer = torchplug.Trainer(**quiet(max_epochs=1))
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        call(trainer)
+    assert message in str(info.value)
+    assert "Hint: pass the dataloaders or the DataModule, not both" in str(info.value)
 
 
 def test_estimated_stepping_batches() -> None:

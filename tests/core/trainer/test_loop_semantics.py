@@ -71,6 +71,53 @@ def test_without_validation_step_no_validation_runs_and_the_loader_is_never_requ
     assert torch.equal(weights, trained(Dropout(), limit_val_batches=0))
 
 
+class StepWithoutData(Dropout):
+    """validation_step, but no val_dataloader: fit has nothing to validate on."""
+
+    val_dataloader = torchplug.Module.val_dataloader  # type: ignore[assignment]
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("model", "fit_args", "message"),
+    [
+        pytest.param(
+            Dropout,
+            {},
+            "Validation is skipped: val_dataloader() is defined, but Dropout defines no validation_step",
+            id="val-dataloader-without-step",
+        ),
+        pytest.param(
+            Dropout,
+            {"val_dataloaders": DataLoader(data(16), batch_size=8)},
+            "Validation is skipped: val_dataloaders were given to fit(), but Dropout defines no validation_step",
+            id="val-dataloaders-argument-without-step",
+        ),
+        pytest.param(
+            StepWithoutData,
+            {},
+            "Validation never runs: StepWithoutData defines validation_step, but fit() has no validation data",
+            id="step-without-validation-data",
+        ),
+    ],
+)
+def test_validation_that_cannot_run_is_announced(model: type[Dropout], fit_args: dict[str, Any], message: str) -> None:
+    """Lightning warns about both; a run that silently never validates would look validated."""
+    with pytest.warns(UserWarning, match="Hint: ") as record:
+        torchplug.Trainer(**quiet(max_steps=1)).fit(model(), **fit_args)
+    assert any(message in str(w.message) for w in record), [str(w.message) for w in record]
+
+
+def test_limit_val_batches_zero_says_that_no_validation_is_intended() -> None:
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="Validation (is skipped|never runs)")
+        torchplug.Trainer(**quiet(max_steps=1, limit_val_batches=0)).fit(Dropout())
+        torchplug.Trainer(**quiet(max_steps=1, limit_val_batches=0)).fit(StepWithoutData())
+        torchplug.Trainer(**quiet(max_steps=1)).fit(WithValidation())  # data and step together: nothing to say
+
+
 def test_the_sanity_check_leaves_the_random_state_as_it_found_it() -> None:
     """The sanity check draws random numbers (its shuffled loader); training draws the same ones with or without it."""
     without = trained(WithValidation(), num_sanity_val_steps=0)

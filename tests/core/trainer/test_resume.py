@@ -160,3 +160,102 @@ def test_a_callback_state_that_no_callback_takes_is_warned_about(tmp_path: Path,
         r"not restored: EarlyStopping\{'monitor': 'val_loss', 'mode': 'min'\}. Hint",
     ):
         trainer(renamed, 3).fit(Classifier(), datamodule=BlobData(), ckpt_path=last)
+
+
+@pytest.fixture(scope="module")
+def finished_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The checkpoint of a run that finished 3 epochs (48 steps)."""
+    path = tmp_path_factory.mktemp("finished") / "finished.ckpt"
+    trainer = torchplug.Trainer(**quiet(max_epochs=3, limit_train_batches=16))
+    trainer.fit(Classifier(), datamodule=BlobData())
+    trainer.save_checkpoint(path)
+    return path
+
+
+def test_resuming_past_max_epochs_is_refused(finished_run: Path) -> None:
+    """As in Lightning: the checkpoint is at epoch 3, max_epochs=2 would train nothing without a word."""
+    trainer = torchplug.Trainer(**quiet(max_epochs=2))
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=str(finished_run))
+    assert f"max_epochs=2 is not valid to resume from {str(finished_run)!r}: the checkpoint is at epoch 3" in str(
+        info.value
+    )
+    assert "Hint: give max_epochs > 3" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("limits", "reached"),
+    [({"max_epochs": 3}, "max_epochs=3 is already reached"), ({"max_steps": 40}, "max_steps=40 is already reached")],
+    ids=["max_epochs", "max_steps"],
+)
+def test_resuming_where_the_limits_are_reached_says_that_nothing_was_trained(
+    finished_run: Path, limits: dict[str, Any], reached: str
+) -> None:
+    trainer = torchplug.Trainer(**quiet(**limits))
+    with pytest.warns(UserWarning, match="fit\\(\\) trained nothing") as record:
+        trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=str(finished_run))
+    message = next(str(w.message) for w in record if "trained nothing" in str(w.message))
+    assert f"at epoch 3, global step 48, where {reached}. Hint: raise max_epochs or max_steps" in message
+    assert trainer.global_step == 48
+
+
+@pytest.mark.parametrize(
+    ("ckpt_path", "hint"),
+    [
+        ("lst", "Hint: did you mean ckpt_path='last'?"),
+        ("hpc", "Hint: ckpt_path='hpc' is Lightning's; here a requeued job resumes by itself"),
+        ("runs/model.ckpt", "Hint: give the path of a checkpoint file or directory, or 'last', 'best' or 'auto'."),
+    ],
+    ids=["misspelt-last", "lightning-hpc", "missing-file"],
+)
+def test_a_ckpt_path_that_names_no_checkpoint_says_what_to_give(ckpt_path: str, hint: str) -> None:
+    trainer = torchplug.Trainer(**quiet(max_epochs=1))
+    with pytest.raises(FileNotFoundError) as info:
+        trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path=ckpt_path)
+    assert f"fit(ckpt_path={ckpt_path!r}): checkpoint file not found. {hint}" in str(info.value)
+
+
+def test_ckpt_path_last_is_the_newest_last_checkpoint_of_any_model_checkpoint(tmp_path: Path) -> None:
+    """As in Lightning; only the first ModelCheckpoint was asked, which here keeps no last checkpoint."""
+    from torchplug.callbacks import ModelCheckpoint
+
+    def callbacks() -> list[Any]:
+        return [
+            ModelCheckpoint(dirpath=tmp_path / "best", monitor="val_loss"),
+            ModelCheckpoint(dirpath=tmp_path / "last", save_last=True),
+        ]
+
+    args = {"enable_checkpointing": True}
+    torchplug.Trainer(**quiet(max_epochs=2, callbacks=callbacks(), **args)).fit(Classifier(), datamodule=BlobData())
+    trainer = torchplug.Trainer(**quiet(max_epochs=3, callbacks=callbacks(), **args))
+    trainer.fit(Classifier(), datamodule=BlobData(), ckpt_path="last")
+    assert trainer.ckpt_path == str(tmp_path / "last" / "last.ckpt")
+    assert trainer.global_step == 48
+
+
+def test_ckpt_path_best_with_several_model_checkpoints_says_which_one_it_takes(tmp_path: Path) -> None:
+    from torchplug.callbacks import ModelCheckpoint
+
+    first = ModelCheckpoint(dirpath=tmp_path / "a", monitor="val_loss")
+    second = ModelCheckpoint(dirpath=tmp_path / "b", monitor="val_acc", mode="max")
+    trainer = torchplug.Trainer(**quiet(max_epochs=1, callbacks=[first, second], enable_checkpointing=True))
+    trainer.fit(Classifier(), datamodule=BlobData())
+    with pytest.warns(UserWarning, match="the best checkpoint of the first one \\(monitor='val_loss'\\) is used"):
+        trainer.validate(datamodule=BlobData(), ckpt_path="best", verbose=False)
+    assert trainer.ckpt_path == first.best_model_path
+
+
+@pytest.mark.parametrize(("saved", "now"), [(None, "epoch"), ("epoch", None)], ids=["added", "dropped"])
+def test_resuming_with_another_number_of_schedulers_says_what_is_restored(
+    saved: str | None, now: str | None, tmp_path: Path
+) -> None:
+    """The scheduler states were zipped with the schedulers: a mismatch was half-applied without a word."""
+    path = tmp_path / "s.ckpt"
+    trainer = torchplug.Trainer(**quiet(max_epochs=1, limit_train_batches=4))
+    trainer.fit(Classifier(scheduler=saved), datamodule=BlobData())
+    trainer.save_checkpoint(path)
+    counts = (0, 1) if saved is None else (1, 0)
+    with pytest.warns(UserWarning, match=f"holds {counts[0]} learning-rate scheduler state\\(s\\), but configure_"):
+        torchplug.Trainer(**quiet(max_epochs=2, limit_train_batches=4)).fit(
+            Classifier(scheduler=now), datamodule=BlobData(), ckpt_path=str(path)
+        )

@@ -316,7 +316,7 @@ class Module(torch.nn.Module):
         cls,
         checkpoint_path: str,
         map_location: Any = None,
-        strict: bool = True,
+        strict: bool | None = None,
         weights_only: bool = True,
         **kwargs: Any,
     ) -> Module:
@@ -325,9 +325,12 @@ class Module(torch.nn.Module):
         Args:
             checkpoint_path: A local path or fsspec URL: a checkpoint file, or a sharded checkpoint directory.
             map_location: Where to put the tensors (as in ``torch.load``); default: the CPU.
-            strict: Require the checkpoint's keys to match the module's exactly.
+            strict: Require the checkpoint's keys to match the module's exactly; None (the default, as in
+                Lightning): the module's ``strict_loading`` (True unless the module sets it). With False,
+                the keys that do not match are named in a warning.
             weights_only: Refuse anything but tensors and plain data (pass False only for files you trust).
-            **kwargs: Init arguments that replace the saved ones, or that were not saved.
+            **kwargs: Init arguments that replace the saved ones, or that were not saved. One that is not an
+                argument of ``__init__`` (a class without ``**kwargs``) is left out, with a warning naming it.
         """
         from torchplug.io._formats import read_weights
         from torchplug.trainer.checkpoint_layout import check_checkpoint
@@ -335,21 +338,43 @@ class Module(torch.nn.Module):
         path = os.fspath(checkpoint_path)
         # A file, or a sharded checkpoint directory (its shards joined, its optimizer states left out).
         checkpoint = check_checkpoint(read_weights(path, map_location=map_location, weights_only=weights_only), path)
-        init_args = {**(checkpoint.get("hyper_parameters") or {}), **kwargs}
+        if strict is not None and not isinstance(strict, bool):
+            raise TypeError(
+                f"strict={strict!r} is not valid: give True, False, or None for the module's strict_loading. "
+                "Hint: write the bool itself, not a string."
+            )
+        saved = dict(checkpoint.get("hyper_parameters") or {})
+        init_args = {**saved, **kwargs}
         parameters = inspect.signature(cls.__init__).parameters.values()
         if not any(p.kind is p.VAR_KEYWORD for p in parameters):
-            names = {p.name for p in parameters}
-            unknown = [key for key in init_args if key not in names]
-            if unknown:
+            names = {p.name for p in parameters} - {"self"}
+            unknown_saved = [key for key in saved if key not in names and key not in kwargs]
+            if unknown_saved:
                 warnings.warn(
-                    f"{cls.__name__}.load_from_checkpoint({path!r}): the saved hyperparameter(s) {unknown} are not "
-                    f"arguments of {cls.__name__}.__init__ and are left out.",
+                    f"{cls.__name__}.load_from_checkpoint({path!r}): the saved hyperparameter(s) {unknown_saved} are "
+                    f"not arguments of {cls.__name__}.__init__ and are left out.",
                     stacklevel=2,
                 )
-                init_args = {key: value for key, value in init_args.items() if key in names}
+            unknown_given = [key for key in kwargs if key not in names]
+            if unknown_given:
+                warnings.warn(
+                    f"{cls.__name__}.load_from_checkpoint({path!r}, {', '.join(f'{k}=...' for k in unknown_given)}): "
+                    f"{unknown_given} are not arguments of {cls.__name__}.__init__, so they are left out and change "
+                    f"nothing. Hint: {cls.__name__}.__init__ takes {', '.join(sorted(names)) or 'no arguments'}.",
+                    stacklevel=2,
+                )
+            init_args = {key: value for key, value in init_args.items() if key in names}
         module = cls(**init_args)
         module.on_load_checkpoint(checkpoint)
-        module.load_state_dict(checkpoint["state_dict"], strict=strict)
+        strict = module.strict_loading if strict is None else strict
+        result = module.load_state_dict(checkpoint["state_dict"], strict=strict)
+        if not strict and (result.missing_keys or result.unexpected_keys):
+            warnings.warn(
+                f"{cls.__name__}.load_from_checkpoint({path!r}, strict=False): keys that do not match were skipped: "
+                f"missing from the checkpoint (left as initialised): {result.missing_keys or 'none'}; in the "
+                f"checkpoint but not in the module (ignored): {result.unexpected_keys or 'none'}.",
+                stacklevel=2,
+            )
         return module
 
     # -- helpers for steps --------------------------------------------------------------------

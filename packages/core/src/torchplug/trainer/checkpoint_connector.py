@@ -8,7 +8,7 @@ Everything written is ``weights_only``-safe (tensors and plain data), so checkpo
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import torch
 
@@ -204,7 +204,16 @@ class CheckpointConnector:
         self._restore_callbacks(checkpoint)
         for optimizer, state in zip(trainer.optimizers, saved):
             strategy.load_optimizer_state_dict(optimizer, state)
-        for config, state in zip(trainer.lr_scheduler_configs, checkpoint.get("lr_schedulers", [])):
+        saved_schedulers = checkpoint.get("lr_schedulers", [])
+        if len(saved_schedulers) != len(trainer.lr_scheduler_configs):
+            rank_zero_warn(
+                f"{self.ckpt_path!r} holds {len(saved_schedulers)} learning-rate scheduler state(s), but "
+                f"configure_optimizers() returned {len(trainer.lr_scheduler_configs)} scheduler(s): only the first "
+                f"{min(len(saved_schedulers), len(trainer.lr_scheduler_configs))} are restored, in order; the others "
+                "start afresh or are dropped, so the learning rates differ from the interrupted run's. Hint: return "
+                "the schedulers the checkpoint was written with to resume exactly."
+            )
+        for config, state in zip(trainer.lr_scheduler_configs, saved_schedulers):
             config.scheduler.load_state_dict(state)
         precision_key = type(strategy.precision).__qualname__
         strategy.precision.load_state_dict(checkpoint.get("precision", checkpoint.get(precision_key, {})))
@@ -231,6 +240,13 @@ class CheckpointConnector:
                 )
         trainer.fit_loop.restore(fit_state, rng.get("global"), checkpoint.get("accumulated_gradients"))
         trainer.should_stop = trainer.fit_loop.progress.should_stop
+        epoch, max_epochs = trainer.fit_loop.progress.epoch, trainer.max_epochs
+        if max_epochs is not None and max_epochs != -1 and epoch > max_epochs:  # as in Lightning: refused
+            raise MisconfigurationError(
+                f"max_epochs={max_epochs} is not valid to resume from {self.ckpt_path!r}: the checkpoint is "
+                f"at epoch {epoch}, past the last epoch that max_epochs allows. Hint: give max_epochs > {epoch} to "
+                "train on, or start without ckpt_path."
+            )
 
     def _restore_callbacks(self, checkpoint: dict[str, Any]) -> None:
         """Each callback's ``on_load_checkpoint`` and state; a saved state no callback takes is warned about."""
@@ -271,7 +287,18 @@ class CheckpointConnector:
                     f'{fn}(ckpt_path="{ckpt_path}") needs a ModelCheckpoint callback; '
                     "none is configured. Hint: pass the checkpoint's path instead."
                 )
-            path = callback.best_model_path if ckpt_path == "best" else callback.find_last_checkpoint(checkpoint_io)
+            callbacks = trainer.checkpoint_callbacks
+            if ckpt_path == "best":
+                if len(callbacks) > 1:
+                    rank_zero_warn(
+                        f'{fn}(ckpt_path="best") with {len(callbacks)} ModelCheckpoint callbacks: the best checkpoint '
+                        f"of the first one (monitor={callback.monitor!r}) is used, as in Lightning. Hint: pass that "
+                        "callback's best_model_path yourself to choose another."
+                    )
+                path = callback.best_model_path
+            else:  # the newest last checkpoint of any ModelCheckpoint, as in Lightning
+                found = [p for p in (c.find_last_checkpoint(checkpoint_io) for c in callbacks) if p]
+                path = max(found, key=_written_at) if found else None
             path = trainer.strategy.broadcast(path)  # rank 0 decides: node-local storage may differ between ranks
             if not path:
                 raise MisconfigurationError(
@@ -286,7 +313,8 @@ class CheckpointConnector:
         if not isinstance(ckpt_path, str):
             ckpt_path = str(ckpt_path)
         if not checkpoint_io.exists(ckpt_path):
-            raise FileNotFoundError(f"{fn}(ckpt_path={ckpt_path!r}): checkpoint file not found.")
+            hint = _path_hint(ckpt_path)
+            raise FileNotFoundError(f"{fn}(ckpt_path={ckpt_path!r}): checkpoint file not found. {hint}")
         return ckpt_path
 
     def auto_resume_path(self) -> str | None:
@@ -359,6 +387,25 @@ class CheckpointConnector:
         path = self.ckpt_path = self.resolve_path(ckpt_path, fn)
         if path is not None:
             self.restore_model(check_checkpoint(self._trainer.strategy.load_checkpoint(path), path))
+
+
+#: Lightning's ``ckpt_path`` words that torchplug does not take, and what to write instead.
+_LIGHTNING_WORDS: Final = {
+    "hpc": "a requeued job resumes by itself, or give ckpt_path='auto'",
+    "registry": "torchplug has no model registry: give the checkpoint's path",
+}
+
+
+def _path_hint(ckpt_path: str) -> str:
+    """The hint of a ``ckpt_path`` that names no checkpoint: a misspelt word, a Lightning word, or the choices."""
+    import difflib
+
+    if ckpt_path in _LIGHTNING_WORDS:
+        return f"Hint: ckpt_path={ckpt_path!r} is Lightning's; here {_LIGHTNING_WORDS[ckpt_path]}."
+    close = difflib.get_close_matches(ckpt_path, ("last", "best", "auto"), n=1)
+    if close:
+        return f"Hint: did you mean ckpt_path={close[0]!r}?"
+    return "Hint: give the path of a checkpoint file or directory, or 'last', 'best' or 'auto'."
 
 
 def _written_at(path: str) -> float:

@@ -8,7 +8,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
 from typing import TYPE_CHECKING, Any, cast
 
 import torch
-from torch.utils.data import DataLoader, DistributedSampler, IterableDataset, RandomSampler, SequentialSampler
+from torch.utils.data import (
+    BatchSampler,
+    DataLoader,
+    Dataset,
+    DistributedSampler,
+    IterableDataset,
+    RandomSampler,
+    Sampler,
+    SequentialSampler,
+)
 from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
@@ -28,6 +37,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "DataConnector",
+    "DistributedSamplerWrapper",
     "IndexBatchSampler",
     "UnrepeatedDistributedSampler",
     "as_list",
@@ -55,10 +65,28 @@ _LOADER_ARGS = (
 )
 
 
-def as_list(loaders: Any) -> list[Any]:
-    """One dataloader or several, as a list (None and empty give an empty list)."""
+def as_list(loaders: Any, what: str = "dataloaders") -> list[Any]:
+    """The evaluation dataloaders given as ``what``, as a list (None and empty give an empty list).
+
+    One loader, a list or tuple of them, a dict of them (its values, in order: ``dataloader_idx``
+    counts them, as in Lightning), or a ``CombinedLoader(mode="sequential")`` (its loaders).
+
+    Raises:
+        MisconfigurationError: A CombinedLoader in another mode: evaluation reads its loaders one after
+            the other, so batches zipped across loaders cannot be evaluated.
+    """
     if loaders is None:
         return []
+    if isinstance(loaders, CombinedLoader):
+        if loaders.mode != "sequential":
+            raise MisconfigurationError(
+                f"{what}=CombinedLoader(mode={loaders.mode!r}) is not valid: evaluation runs each dataloader in "
+                "turn, with its dataloader_idx. Hint: pass CombinedLoader(..., mode='sequential'), or the "
+                "dataloaders themselves (a list or a dict)."
+            )
+        return loaders.flattened
+    if isinstance(loaders, Mapping):
+        return list(loaders.values())
     if isinstance(loaders, (list, tuple)):
         return list(loaders)
     return [loaders]
@@ -67,27 +95,29 @@ def as_list(loaders: Any) -> list[Any]:
 def with_distributed_sampler(
     loader: Any, sampler_kwargs: dict[str, Any] | None, shuffle_default: bool, unrepeated: bool = False
 ) -> Any:
-    """Rebuild a plain DataLoader so that each process reads its own shard of the data.
+    """Rebuild a DataLoader so that each process reads its own shard of the data (``use_distributed_sampler``).
 
-    A loader with a custom sampler, an iterable dataset, or anything that is not a DataLoader is
-    returned as it is (its author already decides what each process reads). ``unrepeated``: shards
-    without repeated samples (:class:`UnrepeatedDistributedSampler`), for ``predict``.
+    As in Lightning: a ``RandomSampler`` or ``SequentialSampler`` becomes a ``DistributedSampler``
+    (shuffling as the sampler did); a custom sampler (a ``WeightedRandomSampler``...) is wrapped in a
+    :class:`DistributedSamplerWrapper`, which gives each process its share of what the sampler yields;
+    a ``BatchSampler`` (or a subclass that takes ``(sampler, batch_size, drop_last)``) is rebuilt
+    around such a sampler. A loader that already has a ``DistributedSampler``, an iterable dataset, or
+    anything that is not a DataLoader is returned as it is. ``unrepeated``: shards without repeated
+    samples (:class:`UnrepeatedDistributedSampler`), for ``predict``.
+
+    Raises:
+        MisconfigurationError: A custom batch sampler that cannot be rebuilt around another sampler:
+            every process would read all the data.
     """
-    if sampler_kwargs is None or not isinstance(loader, DataLoader):
+    if sampler_kwargs is None or not isinstance(loader, DataLoader) or isinstance(loader.dataset, IterableDataset):
         return loader
-    sampler = loader.sampler
-    if isinstance(sampler, DistributedSampler) or not isinstance(sampler, (RandomSampler, SequentialSampler)):
+    batch_sampler = loader.batch_sampler
+    if batch_sampler is not None and loader.batch_size is None:  # a batch sampler of the user's own
+        return _with_distributed_batch_sampler(loader, batch_sampler, sampler_kwargs, unrepeated)
+    distributed = _distributed(loader.sampler, loader.dataset, sampler_kwargs, shuffle_default, unrepeated)
+    if distributed is None:
         return loader
-    if loader.batch_size is None:  # a custom batch_sampler: leave it alone
-        return loader
-    shuffle = isinstance(sampler, RandomSampler) if sampler is not None else shuffle_default
-    seed = env_int("TORCHPLUG_GLOBAL_SEED", 0, minimum=0, maximum=2**32 - 1)
-    sampler_class = UnrepeatedDistributedSampler if unrepeated else DistributedSampler
-    distributed: DistributedSampler[Any] = sampler_class(loader.dataset, shuffle=shuffle, seed=seed, **sampler_kwargs)
-    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
-    if kwargs.get("num_workers", 0) == 0:
-        kwargs.pop("prefetch_factor", None)
-        kwargs["persistent_workers"] = False
+    kwargs = _loader_kwargs(loader, keep_drop_last=True)
     try:
         return type(loader)(loader.dataset, batch_size=loader.batch_size, sampler=distributed, **kwargs)
     except TypeError:
@@ -96,6 +126,115 @@ def with_distributed_sampler(
             "all the data. Hint: pass use_distributed_sampler=False and shard it yourself."
         )
         return loader
+
+
+def _distributed(
+    sampler: Any, dataset: Any, sampler_kwargs: dict[str, Any], shuffle_default: bool, unrepeated: bool
+) -> Sampler[Any] | None:
+    """The sampler of this process's shard in place of ``sampler``; None when ``sampler`` already shards."""
+    if isinstance(sampler, (DistributedSampler, DistributedSamplerWrapper)):
+        return None
+    seed = env_int("TORCHPLUG_GLOBAL_SEED", 0, minimum=0, maximum=2**32 - 1)
+    if isinstance(sampler, (RandomSampler, SequentialSampler)) or sampler is None:
+        shuffle = isinstance(sampler, RandomSampler) if sampler is not None else shuffle_default
+        sampler_class = UnrepeatedDistributedSampler if unrepeated else DistributedSampler
+        distributed: DistributedSampler[Any] = sampler_class(dataset, shuffle=shuffle, seed=seed, **sampler_kwargs)
+        return distributed
+    return DistributedSamplerWrapper(sampler, unrepeated=unrepeated, seed=seed, **sampler_kwargs)
+
+
+def _loader_kwargs(loader: DataLoader[Any], keep_drop_last: bool) -> dict[str, Any]:
+    """The DataLoader arguments carried over to a rebuilt loader."""
+    kwargs = {
+        name: getattr(loader, name)
+        for name in _LOADER_ARGS
+        if hasattr(loader, name) and (keep_drop_last or name != "drop_last")
+    }
+    if kwargs.get("num_workers", 0) == 0:
+        kwargs.pop("prefetch_factor", None)
+        kwargs["persistent_workers"] = False
+    return kwargs
+
+
+def _with_distributed_batch_sampler(
+    loader: DataLoader[Any], batch_sampler: Any, sampler_kwargs: dict[str, Any], unrepeated: bool
+) -> Any:
+    """``loader`` with its custom batch sampler rebuilt around this process's shard of its sampler."""
+    name = type(batch_sampler).__name__
+    hint = (
+        f"Hint: make {name} a torch BatchSampler that takes (sampler, batch_size, drop_last), or pass "
+        "Trainer(use_distributed_sampler=False) and give each process its shard in the batch sampler yourself."
+    )
+    if not isinstance(batch_sampler, BatchSampler):
+        raise MisconfigurationError(
+            f"use_distributed_sampler=True cannot shard the batches of {type(loader).__name__}(batch_sampler={name}"
+            f"(...)): {name} is not a torch BatchSampler, so there is no sampler to give each process its own "
+            f"shard, and every process would read all the data. {hint}"
+        )
+    distributed = _distributed(batch_sampler.sampler, loader.dataset, sampler_kwargs, False, unrepeated)
+    if distributed is None:
+        return loader
+    try:
+        rebuilt = type(batch_sampler)(
+            distributed, batch_size=batch_sampler.batch_size, drop_last=batch_sampler.drop_last
+        )
+        return type(loader)(loader.dataset, batch_sampler=rebuilt, **_loader_kwargs(loader, keep_drop_last=False))
+    except TypeError as exc:
+        raise MisconfigurationError(
+            f"use_distributed_sampler=True cannot shard the batches of {type(loader).__name__}(batch_sampler={name}"
+            f"(...)): rebuilding {name}(sampler, batch_size=..., drop_last=...) around a distributed sampler "
+            f"failed ({exc}), and every process would read all the data. {hint}"
+        ) from exc
+
+
+class _SamplerPositions(Dataset[int]):
+    """The positions in a sampler's output, as a dataset that a DistributedSampler can split."""
+
+    def __init__(self, sampler: Any) -> None:
+        self.sampler = sampler
+
+    def __len__(self) -> int:
+        return len(self.sampler)
+
+    def __getitem__(self, position: int) -> int:
+        return position
+
+
+class DistributedSamplerWrapper(Sampler[Any]):
+    """This process's share of what a custom sampler yields: items ``rank, rank + n, ...`` of each pass.
+
+    The sampler runs in every process (its own random draws, for a ``WeightedRandomSampler``; the
+    same draws where every process seeds alike) and keeps its order: the positions are split
+    without shuffling, padded with repeats to equal shares (or never repeated with
+    ``unrepeated=True``, for ``predict``), as a DistributedSampler splits a dataset.
+
+    Args:
+        sampler: The sampler to share out (it must have a length).
+        num_replicas: The number of processes.
+        rank: This process's global rank.
+        unrepeated: Shares that differ by at most one item instead of padded ones.
+        seed: Passed to the DistributedSampler that splits the positions.
+    """
+
+    def __init__(self, sampler: Any, num_replicas: int, rank: int, unrepeated: bool = False, seed: int = 0) -> None:
+        self.sampler = sampler
+        positions_class = UnrepeatedDistributedSampler if unrepeated else DistributedSampler
+        self._positions: DistributedSampler[Any] = positions_class(
+            _SamplerPositions(sampler), num_replicas=num_replicas, rank=rank, shuffle=False, seed=seed
+        )
+
+    def __iter__(self) -> Iterator[Any]:
+        items = list(self.sampler)
+        return iter([items[position] for position in self._positions])
+
+    def __len__(self) -> int:
+        return len(self._positions)
+
+    def set_epoch(self, epoch: int) -> None:
+        """Pass the epoch on to the wrapped sampler, where it takes one."""
+        set_epoch = getattr(self.sampler, "set_epoch", None)
+        if callable(set_epoch):
+            set_epoch(epoch)
 
 
 class UnrepeatedDistributedSampler(DistributedSampler[Any]):
@@ -174,14 +313,24 @@ def with_batch_indices(loader: Any) -> Any:
 
 
 def sequential(loader: Any, what: str) -> Any:
-    """``loader`` reading its data in order (``overfit_batches``): a shuffling DataLoader is rebuilt, with a warning."""
-    if not isinstance(loader, DataLoader) or not isinstance(loader.sampler, RandomSampler) or loader.batch_size is None:
+    """``loader`` reading its data in order (``overfit_batches``): a DataLoader with another sampler is rebuilt.
+
+    As in Lightning, any sampler but a ``SequentialSampler`` (a shuffling one, a ``WeightedRandomSampler``...)
+    gives way to one, with a warning naming it; run before the distributed sampler is added, so that
+    each process's shard stays in order too.
+    """
+    if (
+        not isinstance(loader, DataLoader)
+        or isinstance(loader.sampler, SequentialSampler)
+        or isinstance(loader.dataset, IterableDataset)
+        or loader.batch_size is None
+    ):
         return loader
-    rank_zero_warn(f"overfit_batches is set, so the {what} are read in order: their shuffling is turned off.")
-    kwargs = {name: getattr(loader, name) for name in _LOADER_ARGS if hasattr(loader, name)}
-    if kwargs.get("num_workers", 0) == 0:
-        kwargs.pop("prefetch_factor", None)
-        kwargs["persistent_workers"] = False
+    rank_zero_warn(
+        f"overfit_batches is set, so the {what} are read in order: their {type(loader.sampler).__name__} is "
+        "replaced by a SequentialSampler (their shuffling is turned off)."
+    )
+    kwargs = _loader_kwargs(loader, keep_drop_last=True)
     return type(loader)(loader.dataset, batch_size=loader.batch_size, shuffle=False, **kwargs)
 
 
@@ -349,11 +498,13 @@ class DataConnector:
                     "fit() with CombinedLoader(mode='sequential'): training_step receives every batch of the first "
                     "loader, then of the next, with batch_idx counting over the whole epoch."
                 )
-            loaders = [self.process(loader, "train_dataloaders", True) for loader in train.flattened]
-            train.flattened = [sequential(loader, "train_dataloaders") for loader in loaders] if overfit else loaders
+            loaders = (
+                [sequential(loader, "train_dataloaders") for loader in train.flattened] if overfit else train.flattened
+            )
+            train.flattened = [self.process(loader, "train_dataloaders", True) for loader in loaders]
             return train
-        loader = self.process(train, "train_dataloaders", True)
-        return sequential(loader, "train_dataloaders") if overfit else loader
+        loader = sequential(train, "train_dataloaders") if overfit else train
+        return self.process(loader, "train_dataloaders", True)
 
     def reload_fit(self) -> None:
         """Ask the DataModule (or module) for new fit dataloaders now (``reload_dataloaders_every_n_epochs``)."""
@@ -405,6 +556,53 @@ class DataConnector:
             return False
         return self._fit_given[1] is not None or self.defines("val_dataloader")
 
+    def warn_if_validation_is_skipped(self) -> None:
+        """Say so, once per ``fit``, when validation data and ``validation_step`` do not come together.
+
+        Validation data without ``validation_step``, or ``validation_step`` without validation data,
+        would otherwise skip validation without a word (Lightning warns about both).
+        ``limit_val_batches=0`` says that no validation is intended: nothing is said then.
+        """
+        trainer = self._trainer
+        if trainer.limit_val_batches == 0:
+            return
+        module = trainer.module
+        has_step = is_overridden(module, "validation_step", Module)
+        given = self._fit_given[1] is not None
+        has_data = given or self.defines("val_dataloader")
+        if has_data and not has_step:
+            where = "val_dataloaders were given to fit()" if given else "val_dataloader() is defined"
+            rank_zero_warn(
+                f"Validation is skipped: {where}, but {type(module).__name__} defines no validation_step. "
+                "Hint: define validation_step(self, batch, batch_idx), or leave the validation data out."
+            )
+        elif has_step and not has_data:
+            rank_zero_warn(
+                f"Validation never runs: {type(module).__name__} defines validation_step, but fit() has no "
+                "validation data (no val_dataloaders=, and neither the DataModule nor the model defines "
+                "val_dataloader()). Hint: pass val_dataloaders=..., define val_dataloader(), or set "
+                "limit_val_batches=0 to say that no validation is intended."
+            )
+
+    def warn_if_reload_cannot_reload(self) -> None:
+        """Say so, once per ``fit``, when ``reload_dataloaders_every_n_epochs`` cannot give new loaders.
+
+        Loaders passed to ``fit()`` itself are the same objects every epoch: only the hooks
+        (``train_dataloader()``, ``val_dataloader()``) can build new ones.
+        """
+        every = self._trainer.reload_dataloaders_every_n_epochs
+        given = [
+            name
+            for name, loaders in zip(("train_dataloaders", "val_dataloaders"), self._fit_given)
+            if loaders is not None
+        ]
+        if every and given:
+            rank_zero_warn(
+                f"reload_dataloaders_every_n_epochs={every} cannot reload {' and '.join(given)}: they were passed "
+                "to fit() directly, so the same loaders are read every epoch. Hint: return them from "
+                "train_dataloader()/val_dataloader() of the module or a DataModule to have them built again."
+            )
+
     def setup_train(self) -> None:
         """Request and prepare the training loader, once per ``fit``."""
         if self._train_ready:
@@ -427,10 +625,10 @@ class DataConnector:
         if not self.validation_possible:
             return  # no validation: its dataloader is not even requested
         val = self._fit_given[1]
-        loaders = as_list(val if val is not None else self.source("val_dataloader"))
-        self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
+        loaders = as_list(val if val is not None else self.source("val_dataloader"), "val_dataloaders")
         if self._trainer.overfit_batches:
-            self.val_loaders = [sequential(v, "val_dataloaders") for v in self.val_loaders]
+            loaders = [sequential(v, "val_dataloaders") for v in loaders]
+        self.val_loaders = [self.process(v, "val_dataloaders", False) for v in loaders]
         self.num_val_batches = [
             limit_batches(num_batches(v), self._trainer.limit_val_batches, "limit_val_batches")
             for v in self.val_loaders
@@ -442,7 +640,7 @@ class DataConnector:
         prefix = _PREFIX[fn]
         given = dataloaders if dataloaders is not None else self.source(f"{prefix}_dataloader")
         predicting = fn is TrainerFn.PREDICTING  # every sample predicted once: no repeats to even the shards
-        loaders = [self.process(d, "dataloaders", False, unrepeated=predicting) for d in as_list(given)]
+        loaders = [self.process(d, "dataloaders", False, unrepeated=predicting) for d in as_list(given, "dataloaders")]
         if not loaders:
             raise MisconfigurationError(
                 f"trainer.{fn.value}() found no data: pass dataloaders=..., or define "

@@ -285,9 +285,17 @@ class FitLoop:
         self._data.setup_val()
         self.setup_validation_schedule()
         if self._data.num_training_batches == 0:
-            rank_zero_info("fit() stopped: no training batches (limit_train_batches=0 or an empty loader).")
+            if trainer.limit_train_batches == 0:  # asked for: said at the info level
+                rank_zero_info("fit() stopped: no training batches (limit_train_batches=0 or an empty loader).")
+            else:
+                rank_zero_warn(
+                    "fit() stopped: the training dataloader has no batches (its length is 0), so nothing was "
+                    "trained. Hint: check the dataset's size against the batch size (drop_last=True drops a "
+                    "last, smaller batch) and the split that train_dataloader() returns."
+                )
             return
         if self.done():
+            self._warn_nothing_left()
             return
         self._warn_if_eval_mode()
         self.loss_check = LossCheck(trainer, self.progress)
@@ -318,6 +326,21 @@ class FitLoop:
             self.loss_check.check(self.raw_loss, self.progress.batches_done - 1)
         results.phase = None
         self._hooks.call("on_train_end")
+
+    def _warn_nothing_left(self) -> None:
+        """fit() starts where its limits are already reached (a checkpoint of a finished run): it trains nothing."""
+        trainer, progress = self.trainer, self.progress
+        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
+            reached = f"max_steps={trainer.max_steps} is already reached"
+        elif trainer.max_epochs not in (None, -1) and progress.epoch >= trainer.max_epochs:
+            reached = f"max_epochs={trainer.max_epochs} is already reached"
+        else:
+            reached = "the run had been asked to stop (trainer.should_stop, set by EarlyStopping for example)"
+        rank_zero_warn(
+            f"fit() trained nothing: it resumed from {trainer.ckpt_path!r} at epoch {progress.epoch}, global step "
+            f"{progress.global_step}, where {reached}. Hint: raise max_epochs or max_steps to train on from this "
+            "checkpoint, or start without ckpt_path."
+        )
 
     def _warn_no_step(self, steps: int) -> None:
         """An epoch took no optimizer step, and only max_steps bounds the run: it would never end."""

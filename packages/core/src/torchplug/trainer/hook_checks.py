@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks.callback import Callback
+from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.precision.precision import Precision
 from torchplug.trainer.hooks import is_overridden
@@ -21,7 +22,7 @@ from torchplug.utilities.warn import warn_once
 if TYPE_CHECKING:
     from torchplug.strategies.strategy import Strategy
 
-__all__ = ["BehaviourNoteWarning", "announce_differences", "verify_hooks"]
+__all__ = ["BehaviourNoteWarning", "announce_differences", "verify_datamodule_hooks", "verify_hooks"]
 
 
 class BehaviourNoteWarning(UserWarning):
@@ -63,6 +64,15 @@ _REMOVED_CALLBACK_HOOKS: Final = {
     "on_configure_sharded_model": "setup",
     "on_before_accelerator_backend_setup": "setup",
     "on_keyboard_interrupt": "on_exception",
+}
+#: Hooks of a Lightning 1.x DataModule that Lightning 2 no longer calls, and what replaces each.
+_REMOVED_DATAMODULE_HOOKS: Final = {
+    "on_save_checkpoint": "state_dict (what it returns is saved in checkpoints)",
+    "on_load_checkpoint": "load_state_dict",
+    "on_train_dataloader": "train_dataloader",
+    "on_val_dataloader": "val_dataloader",
+    "on_test_dataloader": "test_dataloader",
+    "on_predict_dataloader": "predict_dataloader",
 }
 #: Hooks of automatic optimization: in manual optimization nothing would call them.
 _AUTOMATIC_ONLY: Final = ("optimizer_step", "optimizer_zero_grad", "configure_gradient_clipping", "on_before_zero_grad")
@@ -173,4 +183,37 @@ def announce_differences(model: Module, callbacks: Iterable[Callback], strategy:
             f"on_before_backward ({', '.join(owners)}) receives the loss before {type(precision).__name__} scales it "
             "for the backward (the loss training_step returned). See the README, 'Coming from Lightning'.",
             BehaviourNoteWarning,
+        )
+
+
+def verify_datamodule_hooks(datamodule: DataModule) -> None:
+    """Refuse the Lightning 1.x hooks of a DataModule, and name the Module or Callback hooks it defines.
+
+    Neither is ever called on a DataModule. A removed hook is refused, as on modules and callbacks;
+    a hook of a Module or Callback (``on_train_epoch_start``...) is warned about: Lightning ignores
+    it too, and it may be a helper that the user's own code calls.
+
+    Raises:
+        MisconfigurationError: Naming each removed hook and what replaces it.
+    """
+    cls = type(datamodule)
+    defined = [name for name in dir(cls) if name.startswith("on_") and callable(getattr(cls, name, None))]
+    removed = [name for name in defined if name in _REMOVED_DATAMODULE_HOOKS]
+    if removed:
+        raise MisconfigurationError(
+            "These would be silently ignored, so the run is refused:\n  - "
+            + "\n  - ".join(
+                f"{cls.__name__}.{name}: a Lightning 1.x DataModule hook that no longer exists: nothing calls it. "
+                f"Hint: use {_REMOVED_DATAMODULE_HOOKS[name]}."
+                for name in removed
+            )
+        )
+    elsewhere = [
+        name for name in defined if not hasattr(DataModule, name) and (hasattr(Module, name) or hasattr(Callback, name))
+    ]
+    if elsewhere:
+        warn_once(
+            f"{cls.__name__} defines {', '.join(elsewhere)}: hooks of a Module or Callback, which are never called on "
+            "a DataModule. Hint: move them to the Module or to a Callback (or rename them if your own code calls "
+            "them)."
         )

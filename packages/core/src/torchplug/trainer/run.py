@@ -26,7 +26,7 @@ from torchplug.trainer.configuration import (
     convert_sync_batchnorm,
     verify_loop_configuration,
 )
-from torchplug.trainer.hook_checks import announce_differences, verify_hooks
+from torchplug.trainer.hook_checks import announce_differences, verify_datamodule_hooks, verify_hooks
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.states import ExitRun, TrainerFn, TrainerStatus
@@ -65,6 +65,8 @@ class Runner:
         if datamodule is not None and not isinstance(datamodule, DataModule):
             raise MisconfigurationError(f"datamodule= must be a torchplug.DataModule, got {type(datamodule).__name__}.")
         verify_loop_configuration(model, fn)
+        if datamodule is not None:
+            verify_datamodule_hooks(datamodule)
         trainer.state.fn, trainer.state.status = fn, TrainerStatus.RUNNING
         trainer.module, trainer.datamodule = model, datamodule
         model._trainer = trainer
@@ -176,6 +178,8 @@ class Runner:
         self.setup("fit")
         try:
             trainer._data.setup_fit(train_dataloaders, val_dataloaders)
+            trainer._data.warn_if_validation_is_skipped()
+            trainer._data.warn_if_reload_cannot_reload()
             trainer.strategy.setup(functools.partial(configure_optimizers, trainer))
             checkpoint = trainer._checkpoints.load_for_fit(ckpt_path)
             if checkpoint is not None:

@@ -42,6 +42,7 @@ from torchplug.trainer.properties import TrainerProperties
 from torchplug.trainer.run import Runner
 from torchplug.trainer.signals import SignalStop
 from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState
+from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     import torch
@@ -190,6 +191,8 @@ class Trainer(TrainerProperties):
         self.max_epochs: int | None = 1 if dev else (epochs if epochs is not None or steps != -1 else 1000)
         self.min_epochs: int | None = check.check_int("min_epochs", min_epochs, 0, (None,))
         self.min_steps: int | None = check.check_int("min_steps", min_steps, 0, (None,))
+        _warn_if_minimum_above_maximum("epochs", self.min_epochs, epochs)
+        _warn_if_minimum_above_maximum("steps", self.min_steps, steps)
         train, val, test, predict = (
             check.check_limit(f"limit_{stage}_batches", value)
             for stage, value in zip(("train", "val", "test", "predict"), (
@@ -269,7 +272,10 @@ class Trainer(TrainerProperties):
                 a cluster environment may supply one (a requeued SLURM job resumes by itself).
         """
         if isinstance(train_dataloaders, DataModule):
+            _refuse_two_sources("fit", "train_dataloaders", train_dataloaders, datamodule)
             datamodule, train_dataloaders = train_dataloaders, None
+        _refuse_two_sources("fit", "train_dataloaders", train_dataloaders, datamodule)
+        _refuse_two_sources("fit", "val_dataloaders", val_dataloaders, datamodule)
         runner = self._runner
         runner.run(
             TrainerFn.FITTING,
@@ -311,11 +317,16 @@ class Trainer(TrainerProperties):
         model: Module | None = None,
         dataloaders: Any = None,
         datamodule: DataModule | None = None,
-        return_predictions: bool = True,
+        return_predictions: bool | None = None,
         ckpt_path: str | None = None,
     ) -> Any:
-        """Run ``predict_step`` over the data; return the predictions (a list per dataloader when several)."""
-        return self._evaluate(TrainerFn.PREDICTING, model, dataloaders, ckpt_path, datamodule, return_predictions)
+        """Run ``predict_step`` over the data; return the predictions (a list per dataloader when several).
+
+        ``return_predictions``: True or None (the default, as in Lightning) returns them; False
+        keeps none (for a :class:`~torchplug.callbacks.BasePredictionWriter` that writes them).
+        """
+        keep = check.check_bool("return_predictions", return_predictions, (None,)) is not False
+        return self._evaluate(TrainerFn.PREDICTING, model, dataloaders, ckpt_path, datamodule, keep)
 
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
@@ -348,6 +359,32 @@ class Trainer(TrainerProperties):
 
     # -- running ------------------------------------------------------------------------------------
 
+    def _default_weights(self, fn: TrainerFn) -> str | None:
+        """The weights ``validate``/``test``/``predict`` use when given neither a model nor ``ckpt_path``.
+
+        As in Lightning, the best checkpoint of the first ModelCheckpoint (``"best"``), with a warning
+        saying so; where none was saved, the weights in memory, as the last run left them, with a
+        warning too (Lightning raises there).
+        """
+        callback = self.checkpoint_callback
+        best = getattr(callback, "best_model_path", "") if callback is not None else ""
+        choose = (
+            f"Hint: pass ckpt_path='best', 'last' or a path to choose (and silence this), or the model to "
+            f"use its weights as they are: trainer.{fn.value}(model, ...)."
+        )
+        if best:
+            rank_zero_warn(
+                f"trainer.{fn.value}() was called without a model or ckpt_path: the best checkpoint of the "
+                f"previous fit is loaded ({best}), as in Lightning. {choose}"
+            )
+            return "best"
+        rank_zero_warn(
+            f"trainer.{fn.value}() was called without a model or ckpt_path, and no ModelCheckpoint saved a best "
+            f"checkpoint: the weights in memory, as the last run left them, are used (Lightning would load the best "
+            f"checkpoint, or raise). {choose}"
+        )
+        return None
+
     def _evaluate(
         self,
         fn: TrainerFn,
@@ -359,10 +396,38 @@ class Trainer(TrainerProperties):
         verbose: bool = False,
     ) -> Any:
         if isinstance(dataloaders, DataModule):
+            _refuse_two_sources(fn.value, "dataloaders", dataloaders, datamodule)
             datamodule, dataloaders = dataloaders, None
+        _refuse_two_sources(fn.value, "dataloaders", dataloaders, datamodule)
+        if model is None and ckpt_path is None and self.module is not None:
+            ckpt_path = self._default_weights(fn)
         model = model if model is not None else self.module
         if model is None:
             raise MisconfigurationError(f"trainer.{fn.value}() needs a model: trainer.{fn.value}(model, ...).")
         runner = self._runner
         impl = functools.partial(runner.evaluate, fn, dataloaders, ckpt_path, keep, verbose)
         return runner.run(fn, model, datamodule or self.datamodule, impl)
+
+
+def _refuse_two_sources(fn: str, name: str, loaders: Any, datamodule: DataModule | None) -> None:
+    """Refuse dataloaders given beside a DataModule: one of the two would be silently ignored.
+
+    Raises:
+        MisconfigurationError: Both ``name`` and ``datamodule`` were given.
+    """
+    if loaders is None or datamodule is None:
+        return
+    raise MisconfigurationError(
+        f"trainer.{fn}({name}={type(loaders).__name__}, datamodule={type(datamodule).__name__}) gives two sources "
+        f"of data, and one of them would be ignored. Hint: pass the dataloaders or the DataModule, not both (a "
+        f"DataModule's dataloaders come from its *_dataloader() methods)."
+    )
+
+
+def _warn_if_minimum_above_maximum(unit: str, minimum: int | None, maximum: int | None) -> None:
+    """``min_epochs``/``min_steps`` above the maximum given: the maximum ends training first, so say so."""
+    if minimum is not None and maximum is not None and maximum != -1 and minimum > maximum:
+        rank_zero_warn(
+            f"min_{unit}={minimum} is more than max_{unit}={maximum}: training stops at max_{unit}, so min_{unit} "
+            f"has no effect. Hint: give min_{unit} <= max_{unit}."
+        )
