@@ -422,3 +422,17 @@ def test_fit_tune_rejects_an_unknown_item(core: Core, config: Path) -> None:
     result = core("fit", "--config", str(config), "--tune", "momentum")
     assert result.code == 2
     assert "--tune=momentum: give 'lr', 'batch_size' or both ('batch_size,lr'); not 'momentum'." in result.err
+
+
+@pytest.mark.parametrize("items", ["lr", "batch_size,lr"])
+def test_fit_tune_lr_with_a_ckpt_path_is_refused(core: Core, config: Path, tmp_path: Path, items: str) -> None:
+    # Resuming restores the optimizer, learning rate included: the rate found would be silently dropped.
+    (tmp_path / "a.ckpt").write_bytes(b"")
+    result = core("fit", "--config", str(config), "--tune", items, f"--ckpt_path={tmp_path / 'a.ckpt'}")
+    assert result.code == 2, result
+    assert result.err.startswith(
+        f"core fit: error: --tune={items} with --ckpt_path={tmp_path / 'a.ckpt'}: the learning rate found would be "
+        "ignored"
+    ), result
+    assert "Hint: tune in a fresh run" in result.err
+    assert not list(tmp_path.glob("torchplug_logs"))  # refused before any work

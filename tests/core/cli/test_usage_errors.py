@@ -1,8 +1,9 @@
 """``core fit`` usage errors exit 2 with one message and no traceback, before any work is done.
 
-A missing ``--ckpt_path``, a file there that is not a whole checkpoint, a ``default_root_dir``
-that cannot be written, a bad ``MASTER_PORT``, and a model (or data module) whose ``__init__``
-raises: one clean message, with the user's own frame for the last.
+A missing ``--ckpt_path`` (or Lightning's ``hpc``/``registry``, which name nothing here), a file
+there that is not a whole checkpoint, a ``default_root_dir`` that cannot be written, a bad
+``MASTER_PORT``, and a model (or data module) whose ``__init__`` raises: one clean message, with
+the user's own frame for the last. ``--ckpt_path=auto`` is accepted: a fresh start, or a resume.
 """
 
 from __future__ import annotations
@@ -52,6 +53,27 @@ def test_a_ckpt_path_that_is_not_a_checkpoint_is_a_usage_error(core: Core, tmp_p
     code, err = fit(core, f"--ckpt_path={tmp_path}/notes.ckpt", f"--trainer.default_root_dir={tmp_path}")
     assert code == 2
     assert f"--ckpt_path={tmp_path}/notes.ckpt: Cannot load the checkpoint {tmp_path}/notes.ckpt: the file" in err
+
+
+def test_ckpt_path_auto_starts_fresh_then_resumes_from_the_newest_checkpoint(tmp_path: Path) -> None:
+    args = ["fit", f"--model={TINY}.TinyModel", f"--data={TINY}.TinyData", *QUIET, "--ckpt_path=auto"]
+    args += ["--trainer.logger=false", f"--trainer.default_root_dir={tmp_path}"]
+    first = TrainerCLI(args=args)
+    assert first.trainer.ckpt_path is None and first.trainer.global_step == 4  # nothing to resume: a fresh start
+    second = TrainerCLI(args=[*args, "--trainer.max_epochs=2"])
+    assert second.trainer.ckpt_path == str(tmp_path / "checkpoints" / "epoch=0-step=4.ckpt")
+    assert second.trainer.global_step == 8
+
+
+@pytest.mark.parametrize(("word", "hint"), [("hpc", "--ckpt_path=auto"), ("registry", "'auto'")])
+def test_lightning_ckpt_path_words_are_refused_with_the_replacement(
+    core: Core, tmp_path: Path, word: str, hint: str
+) -> None:
+    code, err = fit(core, f"--ckpt_path={word}", f"--trainer.default_root_dir={tmp_path}")
+    assert code == 2
+    assert err.startswith(f"core fit: error: --ckpt_path={word}: not a choice here: it is Lightning's"), err
+    assert hint in err.split("Hint:")[1]
+    assert "Traceback" not in err
 
 
 def test_an_unwritable_default_root_dir_is_a_usage_error(core: Core, tmp_path: Path) -> None:

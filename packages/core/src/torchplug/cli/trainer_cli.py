@@ -105,6 +105,17 @@ _SHORT_NAMES: Final = (
 #: What ``core fit --tune`` can tune.
 _TUNE_CHOICES: Final = ("lr", "batch_size")
 
+#: The words ``--ckpt_path`` takes besides a path (``Trainer.fit(ckpt_path=...)`` resolves them).
+_CKPT_WORDS: Final = ("last", "best", "auto")
+
+#: Lightning's ``ckpt_path`` words that name nothing here, with what to give instead.
+_LIGHTNING_CKPT_WORDS: Final = {
+    "hpc": "Lightning's SLURM checkpoint (hpc_ckpt_*.ckpt), which torchplug does not write. Hint: --ckpt_path=auto "
+    "resumes from the newest checkpoint, the cluster environment's preemption checkpoint included.",
+    "registry": "Lightning's cloud model registry, which torchplug does not provide. Hint: give the path of a .ckpt "
+    "file, or 'last', 'best' or 'auto'.",
+}
+
 #: ``name=`` in a Trainer error message: the argument it is about.
 _ARGUMENT: Final = re.compile(r"\b([a-z_]+)=")
 
@@ -305,7 +316,7 @@ class TrainerCLI:
                 "--ckpt_path",
                 type=str | None,
                 default=None,
-                help="start from this checkpoint: a path or URL, 'last' or 'best'",
+                help="start from this checkpoint: a path or URL, 'last', 'best', or 'auto' (the newest one, if any)",
             )
             parser.add_argument(
                 "--resolve",
@@ -400,6 +411,14 @@ class TrainerCLI:
                     f"--tune={tune}: give 'lr', 'batch_size' or both ('batch_size,lr'); "
                     f"not {', '.join(map(repr, unknown)) or 'nothing'}."
                 )
+            ckpt_path = config.get("ckpt_path")
+            if "lr" in _tune_items(tune) and ckpt_path is not None:
+                self._error(
+                    f"--tune={tune} with --ckpt_path={ckpt_path}: the learning rate found would be ignored, since "
+                    "resuming restores the optimizer from the checkpoint, its learning rate included. Hint: tune "
+                    "in a fresh run (without --ckpt_path) and resume with --ckpt_path alone, or leave 'lr' out of "
+                    "--tune."
+                )
         for arg, kinds in _NAMED.items():
             value = config.get(f"trainer.{arg}")
             for item in value if isinstance(value, list) else [value]:
@@ -451,10 +470,12 @@ class TrainerCLI:
     def _check_paths(self, config: Namespace) -> None:
         """Refuse, before any work, a missing ``--ckpt_path`` and a root directory that cannot be written."""
         ckpt_path = config.get("ckpt_path")
-        if ckpt_path and ckpt_path not in ("last", "best", "hpc") and not _exists(str(ckpt_path)):
+        if ckpt_path in _LIGHTNING_CKPT_WORDS:
+            self._error(f"--ckpt_path={ckpt_path}: not a choice here: it is {_LIGHTNING_CKPT_WORDS[ckpt_path]}")
+        if ckpt_path and ckpt_path not in _CKPT_WORDS and not _exists(str(ckpt_path)):
             self._error(
                 f"--ckpt_path={ckpt_path}: no checkpoint file there. Hint: give the path of a .ckpt file (or "
-                "'last' / 'best' for the ones the ModelCheckpoint callback wrote)."
+                "'last' / 'best' for the ones the ModelCheckpoint callback wrote, 'auto' for the newest one)."
             )
         if self.subcommand != "fit":
             return
