@@ -16,6 +16,7 @@ import torch
 import torchplug
 from tests.core.cli.conftest import TINY, Core, CoreProcess
 from torchplug.cli import TrainerCLI
+from torchplug.loggers import CSVLogger
 
 HERE = "tests.core.cli.test_usage_errors"
 QUIET = ("--trainer.enable_progress_bar=false", "--trainer.max_epochs=1", "--trainer.accelerator=cpu")
@@ -34,6 +35,19 @@ class RaisingModel(torchplug.Module):
 class RaisingData(torchplug.DataModule):
     def __init__(self, path: str = "/no/such/data") -> None:
         raise FileNotFoundError(f"no data at {path}")
+
+
+class RaisingCallback(torchplug.Callback):
+    def __init__(self, limit: int = 1) -> None:
+        if limit < 0:
+            raise ValueError(f"limit must be >= 0, got {limit}")
+
+
+class RaisingLogger(CSVLogger):
+    def __init__(self, save_dir: str = ".", level: int = 0) -> None:
+        if level < 0:
+            raise ValueError(f"level must be >= 0, got {level}")
+        super().__init__(save_dir)
 
 
 def fit(core: Core, *args: str) -> tuple[int, str]:
@@ -118,6 +132,49 @@ def test_an_init_that_raises_is_one_message_with_the_users_frame(core: Core, opt
     assert first == f"core fit: error: {expected}"
     assert where.startswith(f'  File "{__file__}", line ') and where.endswith(", in __init__")
     assert code.strip().startswith("raise ")
+
+
+@pytest.mark.parametrize(
+    ("options", "expected"),
+    [
+        (
+            [f"--trainer.callbacks+={HERE}.RaisingCallback", "--trainer.callbacks.limit=-1"],
+            f"--trainer.callbacks={HERE}.RaisingCallback: RaisingCallback.__init__ raised ValueError: limit must be "
+            ">= 0, got -1",
+        ),
+        (
+            [
+                "--trainer.callbacks+=ModelSummary",
+                f"--trainer.callbacks+={HERE}.RaisingCallback",
+                "--trainer.callbacks.limit=-2",
+            ],
+            f"--trainer.callbacks[1]={HERE}.RaisingCallback: RaisingCallback.__init__ raised ValueError: limit must "
+            "be >= 0, got -2",
+        ),
+        (
+            [f"--trainer.callbacks={HERE}.RaisingCallback", "--trainer.callbacks.limit=-1"],
+            f"--trainer.callbacks={HERE}.RaisingCallback: RaisingCallback.__init__ raised ValueError: limit must be "
+            ">= 0, got -1",
+        ),
+        (
+            [f"--trainer.logger={HERE}.RaisingLogger", "--trainer.logger.init_args.level=-1"],
+            f"--trainer.logger={HERE}.RaisingLogger: RaisingLogger.__init__ raised ValueError: level must be >= 0, "
+            "got -1",
+        ),
+    ],
+    ids=["callbacks-appended", "second-of-two-callbacks", "one-callback", "logger"],
+)
+def test_a_trainer_class_whose_init_raises_is_named_with_its_option(
+    core: Core, options: list[str], expected: str
+) -> None:
+    # jsonargparse tried each member of the option's union type and kept only the first one's complaint
+    # ("Not a valid subclass of Callback", "Expected a <class 'bool'>"), hiding the class's own error.
+    result = core("fit", f"--model={TINY}.TinyModel", *options, *QUIET)
+    assert result.code == 2, result
+    first, where, code, *_ = result.err.splitlines()
+    assert first == f"core fit: error: {expected}"
+    assert where.startswith(f'  File "{__file__}", line ') and where.endswith(", in __init__")
+    assert code.strip().startswith("raise ValueError")
 
 
 def test_in_a_users_script_the_init_error_is_named_too(capsys: pytest.CaptureFixture[str]) -> None:

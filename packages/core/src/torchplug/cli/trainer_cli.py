@@ -51,6 +51,7 @@ from torchplug.cli._main import TRAINING_COMMANDS
 from torchplug.cli._parser import HelpFormatter, Parser, check_config_files
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
+from torchplug.loggers.logger import Logger
 from torchplug.trainer.trainer import Trainer
 from torchplug.utilities.seed import seed_everything
 
@@ -464,7 +465,7 @@ class TrainerCLI:
         try:
             config: Namespace = self.parser.instantiate(self.config)
         except Exception as exc:
-            self._error(_construction_error(exc))
+            self._error(_construction_error(exc, self._section(self.config).get("trainer")))
         return config
 
     def _check_paths(self, config: Namespace) -> None:
@@ -613,11 +614,13 @@ def _unwritable(root: str) -> str | None:
     return None
 
 
-def _construction_error(exc: BaseException) -> str:
+def _construction_error(exc: BaseException, trainer: Namespace | None = None) -> str:
     """One readable line for an error raised while building the model, the data or a callback, with its frame.
 
     jsonargparse reports it inside a list of the types it tried; the error raised by the user's own
     ``__init__`` is the last cause in the chain, and its last frame in the user's code is where it was raised.
+    For a union type (``--trainer.callbacks+=...``, ``--trainer.logger=pkg.Logger``) jsonargparse keeps only
+    its first member's complaint: the class given under ``trainer`` whose ``__init__`` raises is found again.
     """
     original = exc
     while original.__cause__ is not None:
@@ -625,9 +628,43 @@ def _construction_error(exc: BaseException) -> str:
     if original is exc:
         return str(exc)
     owner, frame = _raising_frame(original)
+    if trainer is not None and not (owner or "").startswith("--"):  # not the model or data: a --trainer.* class?
+        found = _trainer_class_error(trainer)
+        if found is not None:
+            return found
+    return _described(owner or "building the objects", original, frame)
+
+
+def _described(owner: str, error: BaseException, frame: traceback.FrameSummary | None) -> str:
     where = f'\n  File "{frame.filename}", line {frame.lineno}, in {frame.name}' if frame is not None else ""
     code = f"\n    {frame.line}" if frame is not None and frame.line else ""
-    return f"{owner or 'building the objects'} raised {type(original).__name__}: {original}{where}{code}"
+    return f"{owner} raised {type(error).__name__}: {error}{where}{code}"
+
+
+def _trainer_class_error(trainer: Namespace) -> str | None:
+    """The error of the first class given by class path to a ``--trainer.*`` option whose ``__init__`` raises.
+
+    Run only after building the objects failed, so nothing is built twice on a good configuration.
+    Classes whose init args hold other classes are left to jsonargparse's own message.
+    """
+    for key, value in vars(trainer).items():
+        items = value if isinstance(value, list) else [value]
+        for index, item in enumerate(items):
+            if not isinstance(item, Namespace) or not isinstance(item.get("class_path"), str):
+                continue
+            kwargs = dict(vars(item.get("init_args") or Namespace()))
+            if any(isinstance(arg, Namespace) for arg in kwargs.values()):
+                continue
+            module, _, name = item.class_path.rpartition(".")
+            try:
+                getattr(importlib.import_module(module), name)(**kwargs)
+            except Exception as error:
+                owner, frame = _raising_frame(error)
+                if owner is None:
+                    continue  # not raised by the class itself: jsonargparse's message says more
+                at = f"[{index}]" if len(items) > 1 else ""
+                return _described(f"--trainer.{key}{at}={item.class_path}: {name}.__init__", error, frame)
+    return None
 
 
 def _raising_frame(exc: BaseException) -> tuple[str | None, traceback.FrameSummary | None]:
@@ -636,7 +673,7 @@ def _raising_frame(exc: BaseException) -> tuple[str | None, traceback.FrameSumma
     tb = exc.__traceback__
     while tb is not None:
         instance = tb.tb_frame.f_locals.get("self") if tb.tb_frame.f_code.co_name == "__init__" else None
-        if owner is None and isinstance(instance, (Module, DataModule, Callback)):
+        if owner is None and isinstance(instance, (Module, DataModule, Callback, Logger)):
             kind = "--model" if isinstance(instance, Module) else "--data" if isinstance(instance, DataModule) else ""
             name = f"{type(instance).__module__}.{type(instance).__qualname__}"
             owner = f"{kind}={name}: {type(instance).__name__}.__init__" if kind else f"{name}.__init__"
