@@ -225,6 +225,15 @@ BAD_INPUT = {
         ["--model.hiden=3"],
         ["--model.hiden: TinyModel takes no argument 'hiden'", "Did you mean 'hidden'", "Its arguments: hidden, lr"],
     ),
+    "unknown-callback-arg": (
+        ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitr=x"],
+        ["--trainer.callbacks.monitr: EarlyStopping takes no argument 'monitr'. Did you mean 'monitor'?"],
+    ),
+    "unknown-logger-arg": (
+        ["--trainer.logger=CSVLogger", "--trainer.logger.init_args.save_dirr=x"],
+        ["--trainer.logger.init_args.save_dirr: CSVLogger takes no argument 'save_dirr'. Did you mean 'save_dir'?"],
+    ),
+    "option-typo": (["--trainer.acclerator=cpu"], ["--trainer.acclerator: Did you mean '--trainer.accelerator'?\n"]),
     "unknown-data-arg": (["--data.init_args.batch_sise=3"], ["--data.init_args.batch_sise", "'batch_size'"]),
     "negative-devices": (["--trainer.devices=-3"], ["--trainer.devices", "devices=-3 is not valid"]),
     "bad-seed": (["--seed_everything=-1"], ["--seed_everything", "between 0 and 2**32 - 1"]),
@@ -280,6 +289,40 @@ BAD_CONFIGS = {
         ["model.init_args.hiden (in a config file): TinyModel takes no argument 'hiden'", "Did you mean 'hidden'"],
     ),
     "bad-value": ("trainer:\n  max_epochs: many\n", ["--trainer.max_epochs", "many"]),
+    "option-at-the-top-level": (
+        "max_epochs: 3\n",
+        [
+            "max_epochs (in a config file): no such option. Did you mean '--trainer.max_epochs'? Hint: options go "
+            "under their section (trainer:, model:, data:), not at the top."
+        ],
+    ),
+    "misspelt-section": (
+        "trainers:\n  max_epochs: 3\n",
+        ["trainers.max_epochs (in a config file): no such option. Did you mean '--trainer.max_epochs'"],
+    ),
+    "misspelt-section-of-a-class": (
+        "modle:\n  hidden: 3\n",
+        ["modle.hidden (in a config file): no such option. Did you mean '--model.hidden'?"],
+    ),
+    "unknown-callback-arg": (
+        "trainer:\n  callbacks:\n    - class_path: EarlyStopping\n      init_args:\n        monitr: val_acc\n",
+        [
+            "trainer.callbacks[0].init_args.monitr (in a config file): EarlyStopping takes no argument 'monitr'. "
+            "Did you mean 'monitor'?"
+        ],
+    ),
+    "unknown-logger-arg": (
+        "trainer:\n  logger:\n    class_path: CSVLogger\n    init_args:\n      save_dirr: logs\n",
+        ["trainer.logger.init_args.save_dirr (in a config file): CSVLogger takes no argument 'save_dirr'."],
+    ),
+    "callback-init-raises": (
+        "trainer:\n  callbacks:\n    - class_path: EarlyStopping\n      init_args:\n        monitor: val_acc\n"
+        "        patience: -3\n",
+        [
+            "--trainer.callbacks=torchplug.callbacks.EarlyStopping: EarlyStopping.__init__ raised "
+            "MisconfigurationError: EarlyStopping(patience=-3): give the number of checks to wait."
+        ],
+    ),
 }
 
 
@@ -294,6 +337,15 @@ def test_a_config_file_with_bad_content_is_a_usage_error(
     for fragment in expected:
         assert fragment in result.err, result
     assert "Traceback" not in result.err
+
+
+def test_an_init_argument_before_its_class_path_says_so(core: Core) -> None:
+    result = core("fit", "--model.lr=0.5", f"--model={TINY}.TinyModel")
+    assert result.code == 2, result
+    assert result.err.startswith(
+        f"core fit: error: --model.lr: given before --model={TINY}.TinyModel, which chooses the class, so no class "
+        f"took it. Hint: give --model={TINY}.TinyModel first, then --model.lr.\n"
+    ), result  # it said "TinyModel takes no argument 'lr'. Did you mean 'lr'?"
 
 
 @needs_core_script

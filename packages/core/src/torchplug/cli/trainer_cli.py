@@ -249,6 +249,7 @@ class TrainerCLI:
         command = argv[0] if run and argv and argv[0] in SUBCOMMANDS else None
         Parser.context = (f"{self.prog} {command}" if command else self.prog, argv)
         self.parser = self._build_parser(run)
+        Parser.root = self._subcommand_parser_of(command)
         problem = check_config_files(argv)
         if problem is not None:
             self._error(problem, command)
