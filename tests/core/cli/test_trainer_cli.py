@@ -233,6 +233,15 @@ BAD_INPUT = {
         ["--trainer.logger=CSVLogger", "--trainer.logger.init_args.save_dirr=x"],
         ["--trainer.logger.init_args.save_dirr: CSVLogger takes no argument 'save_dirr'. Did you mean 'save_dir'?"],
     ),
+    "float-for-an-int": (["--trainer.max_epochs=1.5"], ["--trainer.max_epochs=1.5: expected an int or null.\n"]),
+    "float-for-a-seed": (["--seed_everything=1.5"], ["--seed_everything=1.5: expected true or false or an int.\n"]),
+    "unknown-callback-class": (
+        ["--trainer.callbacks+=EarlyStoping"],
+        [
+            "--trainer.callbacks=EarlyStoping: no Callback class is called 'EarlyStoping'. Did you mean "
+            "'EarlyStopping'? Hint: give its class path (package.module.Class)"
+        ],
+    ),
     "option-typo": (["--trainer.acclerator=cpu"], ["--trainer.acclerator: Did you mean '--trainer.accelerator'?\n"]),
     "unknown-data-arg": (["--data.init_args.batch_sise=3"], ["--data.init_args.batch_sise", "'batch_size'"]),
     "negative-devices": (["--trainer.devices=-3"], ["--trainer.devices", "devices=-3 is not valid"]),

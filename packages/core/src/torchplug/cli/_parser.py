@@ -32,6 +32,22 @@ _PARSER_KEY: Final = re.compile(r'^Parser key "([\w.]+)":')
 _NOT_ACCEPTED: Final = re.compile(r"^Option '([\w.]+)' is not accepted$")
 _NO_SUCH_OPTION: Final = re.compile(r"^(?:Subcommand|Group) '\w+' does not accept option '([\w.]+)'")
 _UNRECOGNIZED: Final = re.compile(r"^unrecognized arguments: (.+)$")
+_UNION: Final = re.compile(
+    r"Does not validate against any of the Union subtypes\s+Subtypes: \[(?P<types>.*?)\]\s+Errors:(?P<errors>.*?)"
+    r"\s+Given value type: [^\n]*\s+Given value: (?P<value>.*)\Z",
+    re.S,
+)
+_NO_SUCH_CLASS: Final = re.compile(r"Expected a dot import path string: (\S+)")
+_CLASS: Final = re.compile(r"^<class '(?:[\w.]+\.)?(\w+)'>$")
+_ITERABLE: Final = re.compile(r"^(?:[\w.]+\.)?(?:Iterable|Sequence|list)\[(?:[\w.]+\.)?(\w+)\]$")
+#: How a type of a union reads in an error (``max_epochs: int | None`` takes "an int or null").
+_TYPE_WORDS: Final = {
+    "int": "an int",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "NoneType": "null",
+}
 
 
 class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -137,7 +153,66 @@ def _parser_key(match: re.Match[str], message: str, args: Sequence[str], parser:
         return f"{option}={problem.group(1)}: cannot import it: {problem.group(2).strip().splitlines()[0]}. {hint}"
     if wrong_base and given:
         return f"{option}={given.group(1)}: not a subclass of {wrong_base.group(1)}. {hint}"
+    union = _UNION.search(message)
+    if union:
+        return _union(option, union)
     return f"{option}: {message[match.end() :].strip()}"
+
+
+def _union(option: str, union: re.Match[str]) -> str:
+    """One line for a value that none of an option's types takes, naming the value and the types."""
+    value = union["value"].strip()
+    types = [_type_words(part) for part in _split_types(union["types"])]
+    unknown = _NO_SUCH_CLASS.search(union["errors"])
+    if unknown:
+        bases = [t.removeprefix("a ").removesuffix(" class path") for t in types if t.endswith(" class path")]
+        base = bases[0] if bases else "class"
+        name, names = unknown.group(1), _class_names(base)
+        return (
+            f"{option}={value}: no {base} class is called {name!r}.{_did_you_mean(name, names)} "
+            f"Hint: give its class path (package.module.Class), or the name of one of torchplug's "
+            f"({', '.join(names[:4])}, ...)."
+        )
+    return f"{option}={value}: expected {' or '.join(dict.fromkeys(types))}."
+
+
+def _split_types(text: str) -> list[str]:
+    """``<class 'int'>, Iterable[a.B], ...`` split at its top-level commas."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:index].strip())
+            start = index + 1
+    return [*parts, text[start:].strip()]
+
+
+def _type_words(part: str) -> str:
+    plain = _CLASS.match(part)
+    if plain:
+        return _TYPE_WORDS.get(plain.group(1), f"a {plain.group(1)} class path")
+    iterable = _ITERABLE.match(part)
+    if iterable:
+        return f"a list of {iterable.group(1)} class paths"
+    return part
+
+
+def _class_names(base: str) -> list[str]:
+    """The names of the imported subclasses of torchplug's ``base`` (``Callback``, ``Logger``), sorted."""
+    from torchplug.callbacks.callback import Callback
+    from torchplug.loggers.logger import Logger
+
+    root = {"Callback": Callback, "Logger": Logger}.get(base)
+    if root is None:
+        return []
+    found: set[str] = set()
+    pending: list[type] = [root]
+    while pending:
+        cls = pending.pop()
+        if not cls.__name__.startswith("_") and cls is not root:
+            found.add(cls.__name__)
+        pending += cls.__subclasses__()
+    return sorted(found)
 
 
 def _unknown_init_arg(match: re.Match[str], message: str, args: Sequence[str], parser: Any) -> str:
