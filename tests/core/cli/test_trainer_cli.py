@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import inspect
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,35 @@ def test_later_config_files_and_options_override_earlier_ones(core: Core, config
     assert data["trainer"]["max_epochs"] == 5
     assert data["model"]["init_args"] == {"hidden": 3, "lr": 0.5}
     assert data["data"]["class_path"] == f"{TINY}.TinyData"
+
+
+class WideModel(TinyModel):
+    """A model whose arguments differ from TinyModel's."""
+
+    def __init__(self, width: int = 4) -> None:
+        super().__init__(hidden=width)
+
+
+def test_init_args_a_later_class_path_drops_are_warned_about(core: Core, config: Path) -> None:
+    wide = "tests.core.cli.test_trainer_cli.WideModel"
+    with pytest.warns(UserWarning, match="was dropped: --model chose") as warned:
+        result = core("fit", "--config", str(config), "--model.lr=0.5", f"--model={wide}", "--print_config")
+    assert result.code == 0, result
+    assert yaml.safe_load(result.out)["model"] == {"class_path": wide, "init_args": {"width": 4}}
+    assert [str(w.message) for w in warned] == [
+        f"model.init_args.hidden (from {config}) was dropped: --model chose {wide}, which takes no argument "
+        f"'hidden', in place of {TINY}.TinyModel (from {config}).",
+        f"model.init_args.lr (from --model.lr) was dropped: --model chose {wide}, which takes no argument 'lr', in "
+        f"place of {TINY}.TinyModel (from {config}).",
+    ]
+
+
+def test_a_later_class_path_that_takes_the_same_arguments_is_not_warned_about(core: Core, config: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = core("fit", "--config", str(config), f"--model={TINY}.BuggyModel", "--print_config")
+    assert result.code == 0, result
+    assert yaml.safe_load(result.out)["model"]["init_args"]["hidden"] == 16
 
 
 def test_print_config_output_is_a_config_that_prints_the_same(core: Core, config: Path, tmp_path: Path) -> None:

@@ -23,7 +23,7 @@ import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from typing_extensions import override
 
-__all__ = ["HelpFormatter", "Parser", "check_config_files", "config_paths"]
+__all__ = ["HelpFormatter", "Parser", "check_config_files", "config_paths", "dropped_init_args"]
 
 _CLASS_PATH_PROBLEM: Final = re.compile(r"Problem with given class_path '([^']+)':\s*(.+)")
 _WRONG_BASE: Final = re.compile(r"does not correspond to a subclass of (\w+)")
@@ -493,3 +493,79 @@ def _by_name(name: str) -> type | None:
             return cls
         pending += cls.__subclasses__()
     return None
+
+
+# -- init args dropped by a later class path ----------------------------------------------------------
+
+
+def dropped_init_args(args: Sequence[str]) -> list[str]:
+    """A message for each init argument of ``--model`` or ``--data`` that a later class path dropped.
+
+    jsonargparse keeps what the new class takes and drops the rest without a word when a later
+    config file or option chooses another class (``--config base.yaml --model=pkg.Other``):
+    ``base.yaml``'s ``hidden: 16`` then silently becomes ``Other``'s default.
+    """
+    messages: list[str] = []
+    for section in ("model", "data"):
+        current: tuple[str, str] | None = None  # the class path, and where it was given
+        given: dict[str, str] = {}  # init argument -> where it was given
+        for source, class_path, names in _section_events(section, args):
+            if class_path is not None and current is not None and class_path != current[0]:
+                kept = _kept_init_args(_load(class_path), section, given)
+                for name in [n for n in given if n not in kept]:
+                    messages.append(
+                        f"{section}.init_args.{name} (from {given.pop(name)}) was dropped: {source} chose "
+                        f"{class_path}, which takes no argument {name!r}, in place of {current[0]} (from {current[1]})."
+                    )
+            if class_path is not None:
+                current = (class_path, source)
+            given.update(dict.fromkeys(names, source))
+    return messages
+
+
+def _kept_init_args(cls: Any, section: str, given: dict[str, str]) -> set[str]:
+    """The init arguments ``cls`` keeps of those ``given``: all when it takes ``**kwargs`` or is not a valid choice."""
+    from torchplug.core.datamodule import DataModule
+    from torchplug.core.module import Module
+
+    base = Module if section == "model" else DataModule
+    try:
+        valid = isinstance(cls, type) and issubclass(cls, base)
+        parameters = inspect.signature(cls).parameters.values() if valid else None
+    except (TypeError, ValueError):
+        parameters = None
+    if parameters is None or any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return set(given)  # a class that is not a valid choice is an error of its own; **kwargs may take anything
+    return {p.name for p in parameters} & set(given)
+
+
+def _section_events(section: str, args: Sequence[str]) -> Iterator[tuple[str, str | None, list[str]]]:
+    """In order: where ``section``'s class path or init arguments were given, the class path, the argument names."""
+    configs = dict(config_paths(args))
+    for index, arg in enumerate(args):
+        if index in configs:
+            yield from _config_events(section, configs[index])
+        option, sep, value = arg.partition("=")
+        if option in (f"--{section}", f"--{section}.class_path") and sep and value and not value.startswith("{"):
+            yield option, value, []
+        elif option.startswith(f"--{section}.") and sep:
+            name = option.removeprefix(f"--{section}.").removeprefix("init_args.")
+            if "." not in name:
+                yield option, None, [name]
+    if len(args) in configs:  # a config file given last
+        yield from _config_events(section, configs[len(args)])
+
+
+def _config_events(section: str, path: str) -> Iterator[tuple[str, str | None, list[str]]]:
+    try:
+        data = _load_yaml(path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return
+    value = data.get(section) if isinstance(data, dict) else None
+    if isinstance(value, str):
+        yield path, value, []
+    elif isinstance(value, dict):
+        init_args = value.get("init_args") if "class_path" in value or "init_args" in value else value
+        class_path = value.get("class_path")
+        names = [str(name) for name in init_args] if isinstance(init_args, dict) else []
+        yield path, class_path if isinstance(class_path, str) else None, names

@@ -32,6 +32,7 @@ import sysconfig
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
@@ -48,7 +49,7 @@ from torchplug._errors import (
 from torchplug._host import PluginHost, plugin_host
 from torchplug.callbacks.callback import Callback
 from torchplug.cli._main import TRAINING_COMMANDS
-from torchplug.cli._parser import HelpFormatter, Parser, check_config_files
+from torchplug.cli._parser import HelpFormatter, Parser, check_config_files, dropped_init_args
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
@@ -253,6 +254,8 @@ class TrainerCLI:
         problem = check_config_files(argv)
         if problem is not None:
             self._error(problem, command)
+        for message in dropped_init_args(argv):  # before parsing: --print_config exits in it
+            warnings.warn(message, UserWarning, stacklevel=2)
         self.config: Namespace = self.parser.parse_args(argv)
         self.subcommand = self.config.get("subcommand") if run else None
         self._check_config()
