@@ -215,6 +215,8 @@ class TrainerCLI:
     Raises:
         SystemExit: Code 2 for a usage error (the message is printed first, with no traceback), and
             0 after ``--help`` or ``--print_config``. Errors raised while running propagate.
+        ValueError: ``trainer_defaults`` names no argument of ``trainer_class``, or ``save_config_kwargs``
+            has an unknown key or a value of the wrong type.
     """
 
     def __init__(
@@ -345,6 +347,16 @@ class TrainerCLI:
             self.trainer_class, "trainer", instantiate=False, skip={"plugin_host"}, fail_untyped=False
         )
         defaults = {f"trainer.{key}": value for key, value in self.trainer_defaults.items() if key != "callbacks"}
+        options = [a.dest.removeprefix("trainer.") for a in parser._actions if a.dest.startswith("trainer.")]
+        for key in defaults:
+            if key.removeprefix("trainer.") not in options:
+                name = key.removeprefix("trainer.")
+                close = difflib.get_close_matches(name, options, n=1, cutoff=0.75)
+                maybe = f" Did you mean {close[0]!r}?" if close else ""
+                raise ValueError(
+                    f"TrainerCLI(trainer_defaults=...): {name!r} is not an argument of "
+                    f"{self.trainer_class.__name__}.{maybe} Hint: give the names of its __init__ arguments."
+                )
         if defaults:  # callbacks given as defaults are added to the configuration's at instantiation
             parser.set_defaults(defaults)
         host = plugin_host()
@@ -574,6 +586,14 @@ def _check_save_config_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any
         raise ValueError(
             f"TrainerCLI(save_config_kwargs=...): unknown key(s) {unknown}; known: {', '.join(_SAVE_CONFIG_DEFAULTS)}."
         )
+    for key, value in given.items():  # a string "no" would be a true overwrite
+        expected = str if key == "config_filename" else bool
+        if not isinstance(value, expected) or value == "":
+            what = "a file name" if expected is str else "True or False"
+            raise ValueError(
+                f"TrainerCLI(save_config_kwargs={{{key!r}: {value!r}}}) is not valid: {key!r} takes {what}. Hint: "
+                f"save_config_kwargs={{{key!r}: {_SAVE_CONFIG_DEFAULTS[key]!r}}} is the default."
+            )
     if given.get("multifile"):
         raise ValueError(
             "TrainerCLI(save_config_kwargs={'multifile': True}) is not supported: the whole configuration is written "
