@@ -98,6 +98,56 @@ def test_what_cannot_be_read_is_an_error_that_says_why(written: tuple[Path, Any]
     assert usage.value.code == 2
 
 
+def test_consolidate_never_replaces_a_file_unless_asked(written: tuple[Path, Any], core: Core, tmp_path: Path) -> None:
+    root, _ = written
+    sharded, out = str(root / "sharded.ckpt"), tmp_path / "out.ckpt"
+    out.write_text("someone's notes")
+    result = core("checkpoint", "consolidate", sharded, str(out))
+    assert (result.code, result.err.strip()) == (
+        2,
+        f"core checkpoint consolidate: error: OUTPUT={str(out)!r} exists already and is not replaced. Hint: give "
+        "another path, or add --overwrite.",
+    )
+    assert out.read_text() == "someone's notes"
+    assert core("checkpoint", "consolidate", sharded, str(out), "--overwrite").code == 0
+    assert torch.load(out, weights_only=True)["global_step"] == STEPS
+
+
+def test_consolidate_refuses_its_own_input_and_a_directory(
+    written: tuple[Path, Any], core: Core, tmp_path: Path
+) -> None:
+    root, _ = written
+    copy = tmp_path / "training.ckpt"
+    copy.write_bytes((root / "model.ckpt").read_bytes())
+    for output in (str(copy), f"{tmp_path}/../{tmp_path.name}/training.ckpt"):  # the same file, named twice
+        result = core("checkpoint", "consolidate", str(copy), output, "--overwrite")
+        assert result.code == 2, result
+        assert "is the checkpoint being read: consolidating it in place would replace its training state" in result.err
+    assert "optimizer_states" in torch.load(copy, weights_only=True)  # the training state is still there
+    result = core("checkpoint", "consolidate", str(root / "sharded.ckpt"), str(tmp_path))
+    assert result.code == 2, result
+    assert f"OUTPUT={str(tmp_path)!r} is a directory; consolidate writes one file." in result.err
+    assert f"Hint: give the file's path, for example {tmp_path}/model.ckpt." in result.err
+
+
+def test_inspect_names_a_file_that_is_not_a_checkpoint(core: Core, tmp_path: Path) -> None:
+    (tmp_path / "notes.ckpt").write_text("not a checkpoint")
+    torch.save([1, 2], tmp_path / "list.pt")
+    for name, cause in (("notes.ckpt", "is not a checkpoint (it starts b'not '"), ("list.pt", "it holds a list")):
+        result = core("checkpoint", "inspect", str(tmp_path / name))
+        assert result.code == 1, result
+        assert result.err.startswith(
+            f"core checkpoint inspect: error: CheckpointLoadError: Cannot load the checkpoint {tmp_path / name}: "
+        ), result
+        assert cause in result.err and "mmap" not in result.err
+    # A checkpoint in torch.save's older format cannot be memory-mapped: it is read whole.
+    torch.save({"state_dict": {"w": torch.ones(2)}, "global_step": 3}, tmp_path / "old.pt",
+               _use_new_zipfile_serialization=False)  # fmt: skip
+    result = core("checkpoint", "inspect", str(tmp_path / "old.pt"), "--json")
+    assert result.code == 0, result
+    assert json.loads(result.out)["tensors"] == {"w": {"shape": [2], "dtype": "float32"}}
+
+
 def test_the_help_names_the_formats(core: Core) -> None:
     with pytest.raises(SystemExit) as exit_info:
         core("checkpoint", "inspect", "--help")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import csv
 import inspect
 import textwrap
+import warnings
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,35 @@ def test_later_config_files_and_options_override_earlier_ones(core: Core, config
     assert data["trainer"]["max_epochs"] == 5
     assert data["model"]["init_args"] == {"hidden": 3, "lr": 0.5}
     assert data["data"]["class_path"] == f"{TINY}.TinyData"
+
+
+class WideModel(TinyModel):
+    """A model whose arguments differ from TinyModel's."""
+
+    def __init__(self, width: int = 4) -> None:
+        super().__init__(hidden=width)
+
+
+def test_init_args_a_later_class_path_drops_are_warned_about(core: Core, config: Path) -> None:
+    wide = "tests.core.cli.test_trainer_cli.WideModel"
+    with pytest.warns(UserWarning, match="was dropped: --model chose") as warned:
+        result = core("fit", "--config", str(config), "--model.lr=0.5", f"--model={wide}", "--print_config")
+    assert result.code == 0, result
+    assert yaml.safe_load(result.out)["model"] == {"class_path": wide, "init_args": {"width": 4}}
+    assert [str(w.message) for w in warned] == [
+        f"model.init_args.hidden (from {config}) was dropped: --model chose {wide}, which takes no argument "
+        f"'hidden', in place of {TINY}.TinyModel (from {config}).",
+        f"model.init_args.lr (from --model.lr) was dropped: --model chose {wide}, which takes no argument 'lr', in "
+        f"place of {TINY}.TinyModel (from {config}).",
+    ]
+
+
+def test_a_later_class_path_that_takes_the_same_arguments_is_not_warned_about(core: Core, config: Path) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = core("fit", "--config", str(config), f"--model={TINY}.BuggyModel", "--print_config")
+    assert result.code == 0, result
+    assert yaml.safe_load(result.out)["model"]["init_args"]["hidden"] == 16
 
 
 def test_print_config_output_is_a_config_that_prints_the_same(core: Core, config: Path, tmp_path: Path) -> None:
@@ -225,6 +255,24 @@ BAD_INPUT = {
         ["--model.hiden=3"],
         ["--model.hiden: TinyModel takes no argument 'hiden'", "Did you mean 'hidden'", "Its arguments: hidden, lr"],
     ),
+    "unknown-callback-arg": (
+        ["--trainer.callbacks+=EarlyStopping", "--trainer.callbacks.monitr=x"],
+        ["--trainer.callbacks.monitr: EarlyStopping takes no argument 'monitr'. Did you mean 'monitor'?"],
+    ),
+    "unknown-logger-arg": (
+        ["--trainer.logger=CSVLogger", "--trainer.logger.init_args.save_dirr=x"],
+        ["--trainer.logger.init_args.save_dirr: CSVLogger takes no argument 'save_dirr'. Did you mean 'save_dir'?"],
+    ),
+    "float-for-an-int": (["--trainer.max_epochs=1.5"], ["--trainer.max_epochs=1.5: expected an int or null.\n"]),
+    "float-for-a-seed": (["--seed_everything=1.5"], ["--seed_everything=1.5: expected true or false or an int.\n"]),
+    "unknown-callback-class": (
+        ["--trainer.callbacks+=EarlyStoping"],
+        [
+            "--trainer.callbacks=EarlyStoping: no Callback class is called 'EarlyStoping'. Did you mean "
+            "'EarlyStopping'? Hint: give its class path (package.module.Class)"
+        ],
+    ),
+    "option-typo": (["--trainer.acclerator=cpu"], ["--trainer.acclerator: Did you mean '--trainer.accelerator'?\n"]),
     "unknown-data-arg": (["--data.init_args.batch_sise=3"], ["--data.init_args.batch_sise", "'batch_size'"]),
     "negative-devices": (["--trainer.devices=-3"], ["--trainer.devices", "devices=-3 is not valid"]),
     "bad-seed": (["--seed_everything=-1"], ["--seed_everything", "between 0 and 2**32 - 1"]),
@@ -280,6 +328,40 @@ BAD_CONFIGS = {
         ["model.init_args.hiden (in a config file): TinyModel takes no argument 'hiden'", "Did you mean 'hidden'"],
     ),
     "bad-value": ("trainer:\n  max_epochs: many\n", ["--trainer.max_epochs", "many"]),
+    "option-at-the-top-level": (
+        "max_epochs: 3\n",
+        [
+            "max_epochs (in a config file): no such option. Did you mean '--trainer.max_epochs'? Hint: options go "
+            "under their section (trainer:, model:, data:), not at the top."
+        ],
+    ),
+    "misspelt-section": (
+        "trainers:\n  max_epochs: 3\n",
+        ["trainers.max_epochs (in a config file): no such option. Did you mean '--trainer.max_epochs'"],
+    ),
+    "misspelt-section-of-a-class": (
+        "modle:\n  hidden: 3\n",
+        ["modle.hidden (in a config file): no such option. Did you mean '--model.hidden'?"],
+    ),
+    "unknown-callback-arg": (
+        "trainer:\n  callbacks:\n    - class_path: EarlyStopping\n      init_args:\n        monitr: val_acc\n",
+        [
+            "trainer.callbacks[0].init_args.monitr (in a config file): EarlyStopping takes no argument 'monitr'. "
+            "Did you mean 'monitor'?"
+        ],
+    ),
+    "unknown-logger-arg": (
+        "trainer:\n  logger:\n    class_path: CSVLogger\n    init_args:\n      save_dirr: logs\n",
+        ["trainer.logger.init_args.save_dirr (in a config file): CSVLogger takes no argument 'save_dirr'."],
+    ),
+    "callback-init-raises": (
+        "trainer:\n  callbacks:\n    - class_path: EarlyStopping\n      init_args:\n        monitor: val_acc\n"
+        "        patience: -3\n",
+        [
+            "--trainer.callbacks=torchplug.callbacks.EarlyStopping: EarlyStopping.__init__ raised "
+            "MisconfigurationError: EarlyStopping(patience=-3): give the number of checks to wait."
+        ],
+    ),
 }
 
 
@@ -294,6 +376,15 @@ def test_a_config_file_with_bad_content_is_a_usage_error(
     for fragment in expected:
         assert fragment in result.err, result
     assert "Traceback" not in result.err
+
+
+def test_an_init_argument_before_its_class_path_says_so(core: Core) -> None:
+    result = core("fit", "--model.lr=0.5", f"--model={TINY}.TinyModel")
+    assert result.code == 2, result
+    assert result.err.startswith(
+        f"core fit: error: --model.lr: given before --model={TINY}.TinyModel, which chooses the class, so no class "
+        f"took it. Hint: give --model={TINY}.TinyModel first, then --model.lr.\n"
+    ), result  # it said "TinyModel takes no argument 'lr'. Did you mean 'lr'?"
 
 
 @needs_core_script
@@ -422,3 +513,17 @@ def test_fit_tune_rejects_an_unknown_item(core: Core, config: Path) -> None:
     result = core("fit", "--config", str(config), "--tune", "momentum")
     assert result.code == 2
     assert "--tune=momentum: give 'lr', 'batch_size' or both ('batch_size,lr'); not 'momentum'." in result.err
+
+
+@pytest.mark.parametrize("items", ["lr", "batch_size,lr"])
+def test_fit_tune_lr_with_a_ckpt_path_is_refused(core: Core, config: Path, tmp_path: Path, items: str) -> None:
+    # Resuming restores the optimizer, learning rate included: the rate found would be silently dropped.
+    (tmp_path / "a.ckpt").write_bytes(b"")
+    result = core("fit", "--config", str(config), "--tune", items, f"--ckpt_path={tmp_path / 'a.ckpt'}")
+    assert result.code == 2, result
+    assert result.err.startswith(
+        f"core fit: error: --tune={items} with --ckpt_path={tmp_path / 'a.ckpt'}: the learning rate found would be "
+        "ignored"
+    ), result
+    assert "Hint: tune in a fresh run" in result.err
+    assert not list(tmp_path.glob("torchplug_logs"))  # refused before any work

@@ -3,6 +3,7 @@ config.yaml with run=False, and ``parser.add_lightning_class_args`` in ``add_arg
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +56,33 @@ def test_save_config_kwargs_names_the_file_and_refuses_to_overwrite_unless_asked
 def test_unknown_save_config_kwargs_are_refused(tmp_path):
     with pytest.raises(ValueError, match="unknown key"):
         TrainerCLI(TinyModel, TinyData, args=args(tmp_path), run=False, save_config_kwargs={"file": "x"})
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"overwrite": "no"}, "save_config_kwargs={'overwrite': 'no'}) is not valid: 'overwrite' takes True or False."),
+        (
+            {"config_filename": ""},
+            "save_config_kwargs={'config_filename': ''}) is not valid: 'config_filename' takes a",
+        ),
+        (
+            {"config_filename": None},
+            "'config_filename' takes a file name. Hint: save_config_kwargs={'config_filename':",
+        ),
+    ],
+    ids=["overwrite-string", "empty-filename", "no-filename"],
+)
+def test_save_config_kwargs_of_the_wrong_type_are_refused(tmp_path, kwargs, message):
+    with pytest.raises(ValueError, match=re.escape(message)):  # "no" was a true value: the file was overwritten
+        TrainerCLI(TinyModel, TinyData, args=args(tmp_path), run=False, save_config_kwargs=kwargs)
+
+
+def test_an_unknown_trainer_default_is_refused_naming_it(tmp_path):
+    with pytest.raises(
+        ValueError, match=re.escape("'max_epoch' is not an argument of Trainer. Did you mean 'max_epochs'?")
+    ):
+        TrainerCLI(TinyModel, TinyData, args=args(tmp_path), run=False, trainer_defaults={"max_epoch": 3})
 
 
 def test_callback_instances_in_trainer_defaults_join_the_configured_ones(tmp_path):

@@ -106,8 +106,30 @@ def test_setenv_declares_a_scheduler_job() -> None:
         (["cpu", "--skip", "parse_device"], "core: error: skip names unknown check(s) 'parse_device' for accelerator"),
         (["cpu", "--setenv", "NOVALUE"], "core: error: --setenv 'NOVALUE' is not KEY=VALUE"),
         (["cpu", "--kind", "gadget"], "argument --kind: unknown kind 'gadget'"),
+        (
+            ["cpu", "--accelerator", "torch"],
+            "core: error: --accelerator='torch' is not valid with accelerator 'cpu': an accelerator plugin trains on "
+            "itself. Hint: leave --accelerator out",
+        ),
+        (
+            ["torch", "--kind", "io", "--accelerator", "cpuu"],
+            "core: error: --accelerator='cpuu' is not valid: Unknown accelerator 'cpuu'. Did you mean 'cpu'?",
+        ),
+        (["cpu", "--timeout", "0"], "argument --timeout: '0' is not valid: give a number of seconds above 0"),
+        (["cpu", "--timeout", "-5"], "argument --timeout: '-5' is not valid: give a number of seconds above 0"),
+        (["cpu", "--timeout", "nan"], "argument --timeout: 'nan' is not valid: give a number of seconds above 0"),
     ],
-    ids=["unknown-name", "unknown-check", "bad-setenv", "bad-kind"],
+    ids=[
+        "unknown-name",
+        "unknown-check",
+        "bad-setenv",
+        "bad-kind",
+        "accelerator-for-an-accelerator",
+        "unknown-accelerator",
+        "zero-timeout",
+        "negative-timeout",
+        "nan-timeout",
+    ],
 )
 def test_usage_errors_exit_2(args: list[str], message: str) -> None:
     result = core("plugins", "verify", *args)

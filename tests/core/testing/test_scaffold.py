@@ -122,8 +122,13 @@ def test_cli_writes_the_package_and_says_what_next(tmp_path: Path) -> None:
         (["strategy", "ddp"], "core: error: strategy 'ddp' is already registered here"),
         (["accelerator", "acme", "--dir", "."], "already exists: give a new folder with --dir, or remove it."),
         (["gadget", "acme"], "argument kind: invalid choice: 'gadget'"),
+        (
+            ["accelerator", "acme", "--dir", "/proc/torchplug-acme"],
+            "core: error: '/proc/torchplug-acme' cannot be written (FileNotFoundError: No such file or directory); "
+            "nothing was left there. Hint: give a folder you can write to with --dir.",
+        ),
     ],
-    ids=["bad-name", "taken-accelerator", "taken-strategy", "existing-folder", "unknown-kind"],
+    ids=["bad-name", "taken-accelerator", "taken-strategy", "existing-folder", "unknown-kind", "unwritable-folder"],
 )
 def test_cli_usage_errors_exit_2(tmp_path: Path, args: list[str], message: str) -> None:
     result = core("plugins", "new", *args, cwd=tmp_path)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import Any, Final
 
@@ -40,12 +41,16 @@ def add_parser(commands: Any) -> None:
         "consolidate",
         help="write a sharded checkpoint as one file that Module.load_from_checkpoint reads",
         description="Join every process's shards into one ordinary checkpoint file (the weights, hyperparameters, "
-        "steps and versions; not the optimizer or loop state, which stay in the sharded directory).",
+        "steps and versions; not the optimizer or loop state, which stay in the sharded directory). An existing "
+        "OUTPUT is replaced only with --overwrite, and never when it is PATH itself.",
         epilog=FORMATS,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     consolidate.add_argument("path", help="a sharded checkpoint directory (or another format a plugin reads)")
     consolidate.add_argument("output", help="the file to write (local path or fsspec URL), written atomically")
+    consolidate.add_argument(
+        "--overwrite", action="store_true", help="replace OUTPUT if it exists (never the checkpoint being read)"
+    )
     _weights_only_flag(consolidate)
     consolidate.set_defaults(handler=_consolidate)
 
@@ -76,12 +81,42 @@ def _inspect(args: argparse.Namespace) -> int:
 def _consolidate(args: argparse.Namespace) -> int:
     from torchplug.io._formats import consolidate_checkpoint
 
+    problem = _output_problem(args.path, args.output, args.overwrite)
+    if problem is not None:
+        print(f"core checkpoint consolidate: error: {problem}", file=sys.stderr)
+        return 2
     try:
         written = consolidate_checkpoint(args.path, args.output, weights_only=args.weights_only)
     except Exception as exc:
         return _fail("consolidate", exc)
     print(f"consolidated {args.path} -> {written}")
     return 0
+
+
+def _output_problem(path: str, output: str, overwrite: bool) -> str | None:
+    """Why ``output`` must not be written: it is ``path`` itself, a directory, or (without ``overwrite``) a file."""
+    from fsspec.core import url_to_fs
+
+    in_fs, in_path = url_to_fs(path)
+    out_fs, out_path = url_to_fs(output)
+    if type(in_fs) is type(out_fs) and _same(in_path, out_path, local=bool(getattr(in_fs, "local_file", False))):
+        return (
+            f"OUTPUT={output!r} is the checkpoint being read: consolidating it in place would replace its training "
+            "state (optimizer, loops, random state) with the weights alone. Hint: give another OUTPUT file."
+        )
+    if out_fs.isdir(out_path):
+        return (
+            f"OUTPUT={output!r} is a directory; consolidate writes one file. Hint: give the file's path, for "
+            f"example {output.rstrip('/')}/model.ckpt."
+        )
+    if out_fs.exists(out_path) and not overwrite:
+        return f"OUTPUT={output!r} exists already and is not replaced. Hint: give another path, or add --overwrite."
+    return None
+
+
+def _same(first: str, second: str, local: bool) -> bool:
+    """Whether two paths of one filesystem name the same place (local ones through links, by ``realpath``)."""
+    return os.path.realpath(first) == os.path.realpath(second) if local else first.rstrip("/") == second.rstrip("/")
 
 
 def _fail(command: str, exc: Exception) -> int:

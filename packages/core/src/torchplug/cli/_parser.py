@@ -23,15 +23,31 @@ import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from typing_extensions import override
 
-__all__ = ["HelpFormatter", "Parser", "check_config_files", "config_paths"]
+__all__ = ["HelpFormatter", "Parser", "check_config_files", "config_paths", "dropped_init_args"]
 
 _CLASS_PATH_PROBLEM: Final = re.compile(r"Problem with given class_path '([^']+)':\s*(.+)")
 _WRONG_BASE: Final = re.compile(r"does not correspond to a subclass of (\w+)")
 _GIVEN: Final = re.compile(r"Given value: (.+)$")
 _PARSER_KEY: Final = re.compile(r'^Parser key "([\w.]+)":')
-_NOT_ACCEPTED: Final = re.compile(r"^Option '(\w+)' is not accepted$")
+_NOT_ACCEPTED: Final = re.compile(r"^Option '([\w.]+)' is not accepted$")
 _NO_SUCH_OPTION: Final = re.compile(r"^(?:Subcommand|Group) '\w+' does not accept option '([\w.]+)'")
 _UNRECOGNIZED: Final = re.compile(r"^unrecognized arguments: (.+)$")
+_UNION: Final = re.compile(
+    r"Does not validate against any of the Union subtypes\s+Subtypes: \[(?P<types>.*?)\]\s+Errors:(?P<errors>.*?)"
+    r"\s+Given value type: [^\n]*\s+Given value: (?P<value>.*)\Z",
+    re.S,
+)
+_NO_SUCH_CLASS: Final = re.compile(r"Expected a dot import path string: (\S+)")
+_CLASS: Final = re.compile(r"^<class '(?:[\w.]+\.)?(\w+)'>$")
+_ITERABLE: Final = re.compile(r"^(?:[\w.]+\.)?(?:Iterable|Sequence|list)\[(?:[\w.]+\.)?(\w+)\]$")
+#: How a type of a union reads in an error (``max_epochs: int | None`` takes "an int or null").
+_TYPE_WORDS: Final = {
+    "int": "an int",
+    "float": "a number",
+    "bool": "true or false",
+    "str": "a string",
+    "NoneType": "null",
+}
 
 
 class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
@@ -49,6 +65,9 @@ class Parser(ArgumentParser):
     #: The program name and the arguments being parsed, set before each parse: jsonargparse reports
     #: some errors (``--model.lr=x``) from nested parsers of its own, which know neither.
     context: ClassVar[tuple[str, Sequence[str]]] = ("core", ())
+    #: The parser of the subcommand being parsed (or the only one), set with :attr:`context`: its options are
+    #: the choices offered for a key that no parser takes.
+    root: ClassVar[ArgumentParser | None] = None
 
     def __init__(self, *args: Any, display_prog: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)  # --trainer.max_epoch is a typo, not --trainer.max_epochs
@@ -134,33 +153,202 @@ def _parser_key(match: re.Match[str], message: str, args: Sequence[str], parser:
         return f"{option}={problem.group(1)}: cannot import it: {problem.group(2).strip().splitlines()[0]}. {hint}"
     if wrong_base and given:
         return f"{option}={given.group(1)}: not a subclass of {wrong_base.group(1)}. {hint}"
+    union = _UNION.search(message)
+    if union:
+        return _union(option, union)
     return f"{option}: {message[match.end() :].strip()}"
 
 
+def _union(option: str, union: re.Match[str]) -> str:
+    """One line for a value that none of an option's types takes, naming the value and the types."""
+    value = union["value"].strip()
+    types = [_type_words(part) for part in _split_types(union["types"])]
+    unknown = _NO_SUCH_CLASS.search(union["errors"])
+    if unknown:
+        bases = [t.removeprefix("a ").removesuffix(" class path") for t in types if t.endswith(" class path")]
+        base = bases[0] if bases else "class"
+        name, names = unknown.group(1), _class_names(base)
+        return (
+            f"{option}={value}: no {base} class is called {name!r}.{_did_you_mean(name, names)} "
+            f"Hint: give its class path (package.module.Class), or the name of one of torchplug's "
+            f"({', '.join(names[:4])}, ...)."
+        )
+    return f"{option}={value}: expected {' or '.join(dict.fromkeys(types))}."
+
+
+def _split_types(text: str) -> list[str]:
+    """``<class 'int'>, Iterable[a.B], ...`` split at its top-level commas."""
+    parts, depth, start = [], 0, 0
+    for index, char in enumerate(text):
+        depth += {"[": 1, "]": -1}.get(char, 0)
+        if char == "," and depth == 0:
+            parts.append(text[start:index].strip())
+            start = index + 1
+    return [*parts, text[start:].strip()]
+
+
+def _type_words(part: str) -> str:
+    plain = _CLASS.match(part)
+    if plain:
+        return _TYPE_WORDS.get(plain.group(1), f"a {plain.group(1)} class path")
+    iterable = _ITERABLE.match(part)
+    if iterable:
+        return f"a list of {iterable.group(1)} class paths"
+    return part
+
+
+def _class_names(base: str) -> list[str]:
+    """The names of the imported subclasses of torchplug's ``base`` (``Callback``, ``Logger``), sorted."""
+    from torchplug.callbacks.callback import Callback
+    from torchplug.loggers.logger import Logger
+
+    root = {"Callback": Callback, "Logger": Logger}.get(base)
+    if root is None:
+        return []
+    found: set[str] = set()
+    pending: list[type] = [root]
+    while pending:
+        cls = pending.pop()
+        if not cls.__name__.startswith("_") and cls is not root:
+            found.add(cls.__name__)
+        pending += cls.__subclasses__()
+    return sorted(found)
+
+
 def _unknown_init_arg(match: re.Match[str], message: str, args: Sequence[str], parser: Any) -> str:
+    """``Option 'NAME' is not accepted``: an init argument that its class does not take, or a key out of place.
+
+    Said where it was given: the command-line option (``--trainer.callbacks.monitr``, or one given
+    before the class path that chooses its class), the config file entry
+    (``trainer.callbacks[0].init_args.monitr``), or a config file key that no section holds.
+    """
     name = match.group(1)
-    option = _option(name, args)
-    section = option[2:].split(".")[0] if option != f"--{name}" else _config_section(name, args)
-    if section is None:
-        return f"{message}. Hint: check the init_args of --model and --data."
-    label = option if option != f"--{name}" else f"{section}.init_args.{name} (in a config file)"
-    cls = _load(_class_paths(args).get(section))
+    given = _given(name, args)
+    if given is not None:
+        return _unknown_option_arg(name, given, args)
+    found = _in_config_init_args(name, args)
+    if found is not None:
+        label, cls = found
+        return (
+            f"{label} (in a config file): {_not_taken(cls, name)}"
+            if cls
+            else f"{label} (in a config file): no such init argument."
+        )
+    return _no_such_key(name, args, parser)
+
+
+def _given(name: str, args: Sequence[str]) -> tuple[int, str] | None:
+    """The index and name of the command-line option that set init argument ``name`` (``--model.init_args.lr``)."""
+    for index, arg in reversed(list(enumerate(args))):
+        option = arg.partition("=")[0]
+        if option.startswith("--") and "." in option and option.endswith(f".{name}"):
+            return index, option
+    return None
+
+
+def _unknown_option_arg(name: str, given: tuple[int, str], args: Sequence[str]) -> str:
+    index, option = given
+    prefix = option.removesuffix(f".{name}").removesuffix(".init_args")
+    chosen = _chosen_class(prefix, args)
+    cls = _load(chosen[1]) if chosen else None
     if cls is None:
-        return f"{label}: no such init argument."
-    valid = [
-        p.name for p in inspect.signature(cls).parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)
-    ]
+        return f"{option}: no such init argument. Hint: give the class first ({prefix}=package.module.Class)."
+    assert chosen is not None
+    if name in _init_args(cls) and chosen[0] > index:  # jsonargparse had no class for it yet
+        return (
+            f"{option}: given before {prefix}={chosen[1]}, which chooses the class, so no class took it. Hint: give "
+            f"{prefix}={chosen[1]} first, then {option}."
+        )
+    return f"{option}: {_not_taken(cls, name)}"
+
+
+def _chosen_class(prefix: str, args: Sequence[str]) -> tuple[int, str] | None:
+    """Where the class of ``prefix`` (``--model``, ``--trainer.callbacks``) was last chosen, and its path.
+
+    Options win; a config file's ``model:`` or ``data:`` class path counts at its ``--config`` position.
+    """
+    found: list[tuple[int, str]] = []
+    section = prefix.removeprefix("--")
+    if section in ("model", "data"):
+        found += [(position, path) for position, key, path in _class_paths_given(args) if key == section]
+    for index, arg in enumerate(args):
+        option, sep, value = arg.partition("=")
+        if sep and value and option.removesuffix("+") in (prefix, f"{prefix}.class_path"):
+            found.append((index, value))
+    return max(found) if found else None
+
+
+def _in_config_init_args(name: str, args: Sequence[str]) -> tuple[str, type | None] | None:
+    """The config file entry with init argument ``name`` (``trainer.callbacks[0].init_args.monitr``), and its class."""
+    for _, data in reversed(list(_config_sections(args))):
+        for path, holder in _mappings(data):
+            if name not in holder or not path or path[-1] != "init_args":
+                continue
+            section = path[0] if len(path) == 2 else None
+            parent = _at(data, path[:-1])
+            class_path = parent.get("class_path") if isinstance(parent, dict) else None
+            if class_path is None and section in ("model", "data"):
+                class_path = _class_paths(args).get(section)
+            label = "".join(f"[{key}]" if isinstance(key, int) else f".{key}" for key in (*path, name))[1:]
+            return label, _load(class_path if isinstance(class_path, str) else None)
+    return None
+
+
+def _no_such_key(name: str, args: Sequence[str], parser: Any) -> str:
+    """A key that no option takes: misspelt, or at the wrong level of a config file (``max_epochs:`` at the top)."""
+    given = any(arg.partition("=")[0] == f"--{name}" for arg in args)
+    label = f"--{name}" if given else f"{name} (in a config file)"
+    options = _options(Parser.root or parser)
+    nested = [option for option in options if option.endswith(f".{name}")] if "." not in name else []
+    if nested:
+        where = "" if given else " Hint: options go under their section (trainer:, model:, data:), not at the top."
+        return f"{label}: no such option. Did you mean {' or '.join(map(repr, nested[:3]))}?{where}"
+    maybe = _did_you_mean(f"--{name}", options)
+    if not maybe and "." in name:  # a misspelt section: ``modle.hidden``
+        head, _, rest = name.partition(".")
+        sections = sorted({option[2:].split(".")[0] for option in options})
+        close = difflib.get_close_matches(head, sections, n=1, cutoff=0.75)
+        maybe = f" Did you mean '--{close[0]}.{rest}'?" if close else ""
+    return f"{label}: no such option.{maybe}"
+
+
+def _mappings(data: Any, path: tuple[str | int, ...] = ()) -> Iterator[tuple[tuple[str | int, ...], dict[str, Any]]]:
+    """Every mapping in a YAML document, with its path of keys and list indices."""
+    if isinstance(data, dict):
+        yield path, data
+        items: Iterator[tuple[str | int, Any]] = iter(data.items())
+    elif isinstance(data, list):
+        items = iter(enumerate(data))
+    else:
+        return
+    for key, value in items:
+        yield from _mappings(value, (*path, key))
+
+
+def _at(data: Any, path: tuple[str | int, ...]) -> Any:
+    for key in path:
+        data = data[key]
+    return data
+
+
+def _init_args(cls: Any) -> list[str]:
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return []
+    return [p.name for p in parameters if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+
+
+def _not_taken(cls: Any, name: str) -> str:
+    valid = _init_args(cls)
     return (
-        f"{label}: {cls.__name__} takes no argument {name!r}.{_did_you_mean(name, valid)} "
+        f"{cls.__name__} takes no argument {name!r}.{_did_you_mean(name, valid)} "
         f"Its arguments: {', '.join(valid) or '(none)'}."
     )
 
 
 def _no_such_option(match: re.Match[str], message: str, args: Sequence[str], parser: Any) -> str:
-    key = match.group(1)
-    given = any(arg.partition("=")[0] == f"--{key}" for arg in args)
-    label = f"--{key}" if given else f"{key} (in a config file)"
-    return f"{label}: no such option.{_did_you_mean(f'--{key}', _options(parser))}"
+    return _no_such_key(match.group(1), args, parser)
 
 
 def _unrecognized(match: re.Match[str], message: str, args: Sequence[str], parser: Any) -> str:
@@ -183,9 +371,11 @@ def _did_you_mean(name: str, choices: Sequence[str], prefix: str = "") -> str:
 
 
 def _options(parser: Any) -> list[str]:
-    """Every long option of ``parser`` (``--trainer.max_epochs``...)."""
+    """Every long option of ``parser`` (``--trainer.max_epochs``...), but jsonargparse's ``--KEY.help CLASS``."""
     actions = getattr(parser, "_actions", [])
-    return [opt for action in actions for opt in action.option_strings if opt.startswith("--")]
+    return [
+        opt for action in actions for opt in action.option_strings if opt.startswith("--") and not opt.endswith(".help")
+    ]
 
 
 def _option(key: str, args: Sequence[str]) -> str:
@@ -256,8 +446,8 @@ def _config_section(name: str, args: Sequence[str]) -> str | None:
     return None
 
 
-def _class_paths(args: Sequence[str]) -> dict[str, str]:
-    """The class path given to ``--model`` and ``--data``: by options and config files, the last one winning."""
+def _class_paths_given(args: Sequence[str]) -> list[tuple[int, str, str]]:
+    """Each class path given to ``--model`` and ``--data``, by options and config files, with its position."""
     given: list[tuple[int, str, str]] = []
     for position, data in _config_sections(args):
         for section in ("model", "data"):
@@ -270,14 +460,112 @@ def _class_paths(args: Sequence[str]) -> dict[str, str]:
         for section in ("model", "data"):
             if name in (f"--{section}", f"--{section}.class_path") and value:
                 given.append((index, section, value))
-    return {section: path for _, section, path in sorted(given)}
+    return sorted(given)
+
+
+def _class_paths(args: Sequence[str]) -> dict[str, str]:
+    """The class path given to ``--model`` and ``--data``: by options and config files, the last one winning."""
+    return {section: path for _, section, path in _class_paths_given(args)}
 
 
 def _load(path: str | None) -> Any:
-    if not path or "." not in path:
+    """The class at ``path`` (``package.module.Class``, or the name of a callback or logger class), or None."""
+    if not path:
         return None
+    if "." not in path:
+        return _by_name(path)
     module, _, name = path.rpartition(".")
     try:
         return getattr(importlib.import_module(module), name, None)
     except Exception:  # only a hint depends on it: the error is reported either way
         return None
+
+
+def _by_name(name: str) -> type | None:
+    """The imported Callback or Logger subclass called ``name`` (``EarlyStopping``), as jsonargparse resolves it."""
+    from torchplug.callbacks.callback import Callback
+    from torchplug.loggers.logger import Logger
+
+    pending: list[type] = [Callback, Logger]
+    while pending:
+        cls = pending.pop()
+        if cls.__name__ == name:
+            return cls
+        pending += cls.__subclasses__()
+    return None
+
+
+# -- init args dropped by a later class path ----------------------------------------------------------
+
+
+def dropped_init_args(args: Sequence[str]) -> list[str]:
+    """A message for each init argument of ``--model`` or ``--data`` that a later class path dropped.
+
+    jsonargparse keeps what the new class takes and drops the rest without a word when a later
+    config file or option chooses another class (``--config base.yaml --model=pkg.Other``):
+    ``base.yaml``'s ``hidden: 16`` then silently becomes ``Other``'s default.
+    """
+    messages: list[str] = []
+    for section in ("model", "data"):
+        current: tuple[str, str] | None = None  # the class path, and where it was given
+        given: dict[str, str] = {}  # init argument -> where it was given
+        for source, class_path, names in _section_events(section, args):
+            if class_path is not None and current is not None and class_path != current[0]:
+                kept = _kept_init_args(_load(class_path), section, given)
+                for name in [n for n in given if n not in kept]:
+                    messages.append(
+                        f"{section}.init_args.{name} (from {given.pop(name)}) was dropped: {source} chose "
+                        f"{class_path}, which takes no argument {name!r}, in place of {current[0]} (from {current[1]})."
+                    )
+            if class_path is not None:
+                current = (class_path, source)
+            given.update(dict.fromkeys(names, source))
+    return messages
+
+
+def _kept_init_args(cls: Any, section: str, given: dict[str, str]) -> set[str]:
+    """The init arguments ``cls`` keeps of those ``given``: all when it takes ``**kwargs`` or is not a valid choice."""
+    from torchplug.core.datamodule import DataModule
+    from torchplug.core.module import Module
+
+    base = Module if section == "model" else DataModule
+    try:
+        valid = isinstance(cls, type) and issubclass(cls, base)
+        parameters = inspect.signature(cls).parameters.values() if valid else None
+    except (TypeError, ValueError):
+        parameters = None
+    if parameters is None or any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return set(given)  # a class that is not a valid choice is an error of its own; **kwargs may take anything
+    return {p.name for p in parameters} & set(given)
+
+
+def _section_events(section: str, args: Sequence[str]) -> Iterator[tuple[str, str | None, list[str]]]:
+    """In order: where ``section``'s class path or init arguments were given, the class path, the argument names."""
+    configs = dict(config_paths(args))
+    for index, arg in enumerate(args):
+        if index in configs:
+            yield from _config_events(section, configs[index])
+        option, sep, value = arg.partition("=")
+        if option in (f"--{section}", f"--{section}.class_path") and sep and value and not value.startswith("{"):
+            yield option, value, []
+        elif option.startswith(f"--{section}.") and sep:
+            name = option.removeprefix(f"--{section}.").removeprefix("init_args.")
+            if "." not in name:
+                yield option, None, [name]
+    if len(args) in configs:  # a config file given last
+        yield from _config_events(section, configs[len(args)])
+
+
+def _config_events(section: str, path: str) -> Iterator[tuple[str, str | None, list[str]]]:
+    try:
+        data = _load_yaml(path)
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return
+    value = data.get(section) if isinstance(data, dict) else None
+    if isinstance(value, str):
+        yield path, value, []
+    elif isinstance(value, dict):
+        init_args = value.get("init_args") if "class_path" in value or "init_args" in value else value
+        class_path = value.get("class_path")
+        names = [str(name) for name in init_args] if isinstance(init_args, dict) else []
+        yield path, class_path if isinstance(class_path, str) else None, names

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import shutil
 import sys
 from typing import Any, Final, TextIO
@@ -296,7 +297,10 @@ def add_vendor_kit_parsers(sub: Any) -> None:
     verify.add_argument("--kind", type=_kind, help="look among this kind only (when several kinds use NAME)")
     verify.add_argument("--json", action="store_true", help="print the report as one JSON document")
     verify.add_argument("--skip", action="append", default=[], metavar="CHECK", help="do not run CHECK (repeatable)")
-    verify.add_argument("--accelerator", help="for the other kinds: the accelerator to train on")
+    verify.add_argument(
+        "--accelerator",
+        help="for the other kinds: the accelerator to train on (a registered name; not for accelerators)",
+    )
     verify.add_argument(
         "--setenv",
         action="append",
@@ -304,10 +308,52 @@ def add_vendor_kit_parsers(sub: Any) -> None:
         metavar="KEY=VALUE",
         help="a variable to set during the checks (a scheduler's, for a cluster environment; repeatable)",
     )
-    verify.add_argument("--timeout", type=float, default=300.0, help="seconds a process a check starts may run")
+    verify.add_argument(
+        "--timeout", type=_seconds, default=300.0, help="seconds a process a check starts may run (> 0; default 300)"
+    )
     verify.add_argument("-v", "--verbose", action="store_true", help="show the traceback of each failure")
     verify.set_defaults(handler=_verify)
     add_new_parser(sub)
+
+
+def _seconds(value: str) -> float:
+    """``--timeout``: a finite number of seconds above 0 (0 or less would fail every check that starts a process)."""
+    try:
+        seconds = float(value)
+    except ValueError:
+        seconds = math.nan
+    if not math.isfinite(seconds) or seconds <= 0:
+        raise argparse.ArgumentTypeError(f"{value!r} is not valid: give a number of seconds above 0, such as 600")
+    return seconds
+
+
+def _accelerator_problem(args: argparse.Namespace, host: PluginHost) -> str | None:
+    """Why ``--accelerator`` cannot serve the plugin verified: it is an accelerator itself, or the name is unknown.
+
+    Raises:
+        UsageError: The plugin to verify is not found as given (reported as such by the caller).
+    """
+    from torchplug._errors import PluginError, UnknownPluginError
+    from torchplug.testing._context import Subject
+
+    if args.accelerator is None:
+        return None
+    subject = Subject.find(args.name, args.kind, host=host)
+    if subject.kind == "accelerator":
+        return (
+            f"--accelerator={args.accelerator!r} is not valid with accelerator {subject.entry.name!r}: an accelerator "
+            "plugin trains on itself. Hint: leave --accelerator out; it picks what the other kinds train on."
+        )
+    try:
+        try:
+            host.registry("accelerator").resolve(args.accelerator)
+        except UnknownPluginError as unknown:  # torch's current device type is served without a plugin
+            from torchplug.accelerators.torch_device import resolve_device_type
+
+            resolve_device_type(args.accelerator, unknown)
+    except PluginError as exc:
+        return f"--accelerator={args.accelerator!r} is not valid: {exc}"
+    return None
 
 
 def _verify(args: argparse.Namespace) -> int:
@@ -335,12 +381,17 @@ def _verify(args: argparse.Namespace) -> int:
             out.write(format_result(result, width, args.verbose) + "\n")
             out.flush()
 
+    host = _host()
     try:
+        problem = _accelerator_problem(args, host)
+        if problem is not None:
+            print(f"core: error: {problem}", file=sys.stderr)
+            return 2
         report = verify(
             args.name,
             args.kind,
             skip=dict.fromkeys(args.skip, "skipped on request (--skip)"),
-            host=_host(),
+            host=host,
             accelerator=args.accelerator,
             variables=variables,
             timeout=args.timeout,

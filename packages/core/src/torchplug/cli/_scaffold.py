@@ -12,6 +12,7 @@ import argparse
 import dataclasses
 import keyword
 import re
+import shutil
 import sys
 from dataclasses import dataclass
 from importlib import resources
@@ -269,7 +270,7 @@ def generate(kind: str, name: str, directory: Path | None = None, *, taken: list
         taken: Names already registered for ``kind`` (refused).
 
     Raises:
-        ScaffoldError: Unknown kind, bad or taken name, or the folder exists.
+        ScaffoldError: Unknown kind, bad or taken name, the folder exists, or it cannot be written.
     """
     if kind not in KINDS:
         raise ScaffoldError(f"unknown kind {kind!r}; choose from {', '.join(KINDS)}")
@@ -279,10 +280,17 @@ def generate(kind: str, name: str, directory: Path | None = None, *, taken: list
     if target.exists():
         raise ScaffoldError(f"{str(target)!r} already exists: give a new folder with --dir, or remove it.")
     rendered = {relative: _render(template, values) for relative, template in _files(kind, values).items()}
-    for relative, text in rendered.items():  # every template rendered first: nothing half-written on an error
-        path = target / relative
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
+    try:
+        for relative, text in rendered.items():  # every template rendered first: nothing half-written on an error
+            path = target / relative
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+    except OSError as exc:  # the folder did not exist before: what was written of it goes again
+        shutil.rmtree(target, ignore_errors=True)
+        raise ScaffoldError(
+            f"{str(target)!r} cannot be written ({type(exc).__name__}: {exc.strerror or exc}); nothing was left there. "
+            "Hint: give a folder you can write to with --dir."
+        ) from exc
     return target
 
 

@@ -32,6 +32,7 @@ import sysconfig
 import tempfile
 import time
 import traceback
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Final, NoReturn
 
@@ -48,9 +49,10 @@ from torchplug._errors import (
 from torchplug._host import PluginHost, plugin_host
 from torchplug.callbacks.callback import Callback
 from torchplug.cli._main import TRAINING_COMMANDS
-from torchplug.cli._parser import HelpFormatter, Parser, check_config_files
+from torchplug.cli._parser import HelpFormatter, Parser, check_config_files, dropped_init_args
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
+from torchplug.loggers.logger import Logger
 from torchplug.trainer.trainer import Trainer
 from torchplug.utilities.seed import seed_everything
 
@@ -104,6 +106,17 @@ _SHORT_NAMES: Final = (
 
 #: What ``core fit --tune`` can tune.
 _TUNE_CHOICES: Final = ("lr", "batch_size")
+
+#: The words ``--ckpt_path`` takes besides a path (``Trainer.fit(ckpt_path=...)`` resolves them).
+_CKPT_WORDS: Final = ("last", "best", "auto")
+
+#: Lightning's ``ckpt_path`` words that name nothing here, with what to give instead.
+_LIGHTNING_CKPT_WORDS: Final = {
+    "hpc": "Lightning's SLURM checkpoint (hpc_ckpt_*.ckpt), which torchplug does not write. Hint: --ckpt_path=auto "
+    "resumes from the newest checkpoint, the cluster environment's preemption checkpoint included.",
+    "registry": "Lightning's cloud model registry, which torchplug does not provide. Hint: give the path of a .ckpt "
+    "file, or 'last', 'best' or 'auto'.",
+}
 
 #: ``name=`` in a Trainer error message: the argument it is about.
 _ARGUMENT: Final = re.compile(r"\b([a-z_]+)=")
@@ -202,6 +215,8 @@ class TrainerCLI:
     Raises:
         SystemExit: Code 2 for a usage error (the message is printed first, with no traceback), and
             0 after ``--help`` or ``--print_config``. Errors raised while running propagate.
+        ValueError: ``trainer_defaults`` names no argument of ``trainer_class``, or ``save_config_kwargs``
+            has an unknown key or a value of the wrong type.
     """
 
     def __init__(
@@ -237,9 +252,12 @@ class TrainerCLI:
         command = argv[0] if run and argv and argv[0] in SUBCOMMANDS else None
         Parser.context = (f"{self.prog} {command}" if command else self.prog, argv)
         self.parser = self._build_parser(run)
+        Parser.root = self._subcommand_parser_of(command)
         problem = check_config_files(argv)
         if problem is not None:
             self._error(problem, command)
+        for message in dropped_init_args(argv):  # before parsing: --print_config exits in it
+            warnings.warn(message, UserWarning, stacklevel=2)
         self.config: Namespace = self.parser.parse_args(argv)
         self.subcommand = self.config.get("subcommand") if run else None
         self._check_config()
@@ -305,7 +323,7 @@ class TrainerCLI:
                 "--ckpt_path",
                 type=str | None,
                 default=None,
-                help="start from this checkpoint: a path or URL, 'last' or 'best'",
+                help="start from this checkpoint: a path or URL, 'last', 'best', or 'auto' (the newest one, if any)",
             )
             parser.add_argument(
                 "--resolve",
@@ -329,6 +347,16 @@ class TrainerCLI:
             self.trainer_class, "trainer", instantiate=False, skip={"plugin_host"}, fail_untyped=False
         )
         defaults = {f"trainer.{key}": value for key, value in self.trainer_defaults.items() if key != "callbacks"}
+        options = [a.dest.removeprefix("trainer.") for a in parser._actions if a.dest.startswith("trainer.")]
+        for key in defaults:
+            if key.removeprefix("trainer.") not in options:
+                name = key.removeprefix("trainer.")
+                close = difflib.get_close_matches(name, options, n=1, cutoff=0.75)
+                maybe = f" Did you mean {close[0]!r}?" if close else ""
+                raise ValueError(
+                    f"TrainerCLI(trainer_defaults=...): {name!r} is not an argument of "
+                    f"{self.trainer_class.__name__}.{maybe} Hint: give the names of its __init__ arguments."
+                )
         if defaults:  # callbacks given as defaults are added to the configuration's at instantiation
             parser.set_defaults(defaults)
         host = plugin_host()
@@ -400,6 +428,14 @@ class TrainerCLI:
                     f"--tune={tune}: give 'lr', 'batch_size' or both ('batch_size,lr'); "
                     f"not {', '.join(map(repr, unknown)) or 'nothing'}."
                 )
+            ckpt_path = config.get("ckpt_path")
+            if "lr" in _tune_items(tune) and ckpt_path is not None:
+                self._error(
+                    f"--tune={tune} with --ckpt_path={ckpt_path}: the learning rate found would be ignored, since "
+                    "resuming restores the optimizer from the checkpoint, its learning rate included. Hint: tune "
+                    "in a fresh run (without --ckpt_path) and resume with --ckpt_path alone, or leave 'lr' out of "
+                    "--tune."
+                )
         for arg, kinds in _NAMED.items():
             value = config.get(f"trainer.{arg}")
             for item in value if isinstance(value, list) else [value]:
@@ -445,16 +481,18 @@ class TrainerCLI:
         try:
             config: Namespace = self.parser.instantiate(self.config)
         except Exception as exc:
-            self._error(_construction_error(exc))
+            self._error(_construction_error(exc, self._section(self.config).get("trainer")))
         return config
 
     def _check_paths(self, config: Namespace) -> None:
         """Refuse, before any work, a missing ``--ckpt_path`` and a root directory that cannot be written."""
         ckpt_path = config.get("ckpt_path")
-        if ckpt_path and ckpt_path not in ("last", "best", "hpc") and not _exists(str(ckpt_path)):
+        if ckpt_path in _LIGHTNING_CKPT_WORDS:
+            self._error(f"--ckpt_path={ckpt_path}: not a choice here: it is {_LIGHTNING_CKPT_WORDS[ckpt_path]}")
+        if ckpt_path and ckpt_path not in _CKPT_WORDS and not _exists(str(ckpt_path)):
             self._error(
                 f"--ckpt_path={ckpt_path}: no checkpoint file there. Hint: give the path of a .ckpt file (or "
-                "'last' / 'best' for the ones the ModelCheckpoint callback wrote)."
+                "'last' / 'best' for the ones the ModelCheckpoint callback wrote, 'auto' for the newest one)."
             )
         if self.subcommand != "fit":
             return
@@ -548,6 +586,14 @@ def _check_save_config_kwargs(kwargs: Mapping[str, Any] | None) -> dict[str, Any
         raise ValueError(
             f"TrainerCLI(save_config_kwargs=...): unknown key(s) {unknown}; known: {', '.join(_SAVE_CONFIG_DEFAULTS)}."
         )
+    for key, value in given.items():  # a string "no" would be a true overwrite
+        expected = str if key == "config_filename" else bool
+        if not isinstance(value, expected) or value == "":
+            what = "a file name" if expected is str else "True or False"
+            raise ValueError(
+                f"TrainerCLI(save_config_kwargs={{{key!r}: {value!r}}}) is not valid: {key!r} takes {what}. Hint: "
+                f"save_config_kwargs={{{key!r}: {_SAVE_CONFIG_DEFAULTS[key]!r}}} is the default."
+            )
     if given.get("multifile"):
         raise ValueError(
             "TrainerCLI(save_config_kwargs={'multifile': True}) is not supported: the whole configuration is written "
@@ -592,11 +638,13 @@ def _unwritable(root: str) -> str | None:
     return None
 
 
-def _construction_error(exc: BaseException) -> str:
+def _construction_error(exc: BaseException, trainer: Namespace | None = None) -> str:
     """One readable line for an error raised while building the model, the data or a callback, with its frame.
 
     jsonargparse reports it inside a list of the types it tried; the error raised by the user's own
     ``__init__`` is the last cause in the chain, and its last frame in the user's code is where it was raised.
+    For a union type (``--trainer.callbacks+=...``, ``--trainer.logger=pkg.Logger``) jsonargparse keeps only
+    its first member's complaint: the class given under ``trainer`` whose ``__init__`` raises is found again.
     """
     original = exc
     while original.__cause__ is not None:
@@ -604,9 +652,43 @@ def _construction_error(exc: BaseException) -> str:
     if original is exc:
         return str(exc)
     owner, frame = _raising_frame(original)
+    if trainer is not None and not (owner or "").startswith("--"):  # not the model or data: a --trainer.* class?
+        found = _trainer_class_error(trainer)
+        if found is not None:
+            return found
+    return _described(owner or "building the objects", original, frame)
+
+
+def _described(owner: str, error: BaseException, frame: traceback.FrameSummary | None) -> str:
     where = f'\n  File "{frame.filename}", line {frame.lineno}, in {frame.name}' if frame is not None else ""
     code = f"\n    {frame.line}" if frame is not None and frame.line else ""
-    return f"{owner or 'building the objects'} raised {type(original).__name__}: {original}{where}{code}"
+    return f"{owner} raised {type(error).__name__}: {error}{where}{code}"
+
+
+def _trainer_class_error(trainer: Namespace) -> str | None:
+    """The error of the first class given by class path to a ``--trainer.*`` option whose ``__init__`` raises.
+
+    Run only after building the objects failed, so nothing is built twice on a good configuration.
+    Classes whose init args hold other classes are left to jsonargparse's own message.
+    """
+    for key, value in vars(trainer).items():
+        items = value if isinstance(value, list) else [value]
+        for index, item in enumerate(items):
+            if not isinstance(item, Namespace) or not isinstance(item.get("class_path"), str):
+                continue
+            kwargs = dict(vars(item.get("init_args") or Namespace()))
+            if any(isinstance(arg, Namespace) for arg in kwargs.values()):
+                continue
+            module, _, name = item.class_path.rpartition(".")
+            try:
+                getattr(importlib.import_module(module), name)(**kwargs)
+            except Exception as error:
+                owner, frame = _raising_frame(error)
+                if owner is None:
+                    continue  # not raised by the class itself: jsonargparse's message says more
+                at = f"[{index}]" if len(items) > 1 else ""
+                return _described(f"--trainer.{key}{at}={item.class_path}: {name}.__init__", error, frame)
+    return None
 
 
 def _raising_frame(exc: BaseException) -> tuple[str | None, traceback.FrameSummary | None]:
@@ -615,7 +697,7 @@ def _raising_frame(exc: BaseException) -> tuple[str | None, traceback.FrameSumma
     tb = exc.__traceback__
     while tb is not None:
         instance = tb.tb_frame.f_locals.get("self") if tb.tb_frame.f_code.co_name == "__init__" else None
-        if owner is None and isinstance(instance, (Module, DataModule, Callback)):
+        if owner is None and isinstance(instance, (Module, DataModule, Callback, Logger)):
             kind = "--model" if isinstance(instance, Module) else "--data" if isinstance(instance, DataModule) else ""
             name = f"{type(instance).__module__}.{type(instance).__qualname__}"
             owner = f"{kind}={name}: {type(instance).__name__}.__init__" if kind else f"{name}.__init__"

@@ -162,10 +162,7 @@ def inspect_checkpoint(path: str | os.PathLike[str], weights_only: bool = True) 
         return _describe_sharded(text, weights_only)
     if kind == FILE:
         fs, fs_path, local = url_to_fs(text)
-        if local:
-            checkpoint = torch.load(fs_path, map_location="cpu", weights_only=weights_only, mmap=True)
-        else:
-            checkpoint = TorchCheckpointIO().load_checkpoint(text, weights_only=weights_only)
+        checkpoint = _load_file(text, fs_path if local else None, weights_only)
         size = int(fs.size(fs_path))
     else:
         assert reader is not None
@@ -176,6 +173,22 @@ def inspect_checkpoint(path: str | os.PathLike[str], weights_only: bool = True) 
         if isinstance(v, torch.Tensor)
     }
     return _summary(text, kind, size, None, checkpoint, tensors)
+
+
+def _load_file(path: str, local_path: str | None, weights_only: bool) -> dict[str, Any]:
+    """The checkpoint file at ``path``, memory-mapped when it is local (``local_path``) and can be.
+
+    What cannot be mapped (an older ``torch.save`` format, or no checkpoint at all) is read whole
+    by ``TorchCheckpointIO``, which raises ``CheckpointLoadError`` naming the path and the cause.
+    """
+    if local_path is not None:
+        try:
+            checkpoint = torch.load(local_path, map_location="cpu", weights_only=weights_only, mmap=True)
+        except Exception:  # torch's readers raise anything on bytes they cannot map: read it whole below
+            checkpoint = None
+        if isinstance(checkpoint, dict):
+            return checkpoint
+    return TorchCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=weights_only)
 
 
 def _describe_sharded(path: str, weights_only: bool) -> dict[str, Any]:
