@@ -231,7 +231,9 @@ def callgrind_instructions(label: str, steps: int) -> int:
         "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
         sys.executable, os.path.abspath(__file__), "--child", label, "--steps", str(steps),
     ]  # fmt: skip
-    done = subprocess.run(command, capture_output=True, text=True, check=False)
+    # A fixed hash seed: the same dict and set orders in every child, so that the counts repeat.
+    env = {**os.environ, "PYTHONHASHSEED": "0"}
+    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
     found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
     if done.returncode != 0 or found is None:
         raise RuntimeError(f"callgrind run of {label} failed (exit {done.returncode}): {done.stderr[-2000:]}")
