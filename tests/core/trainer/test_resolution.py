@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pathlib
 import re
+import warnings
 from collections import Counter
 
 import pytest
@@ -19,6 +20,7 @@ from torchplug.precision.amp import MixedPrecision
 from torchplug.strategies.ddp import DDPStrategy
 from torchplug.strategies.single_device import SingleDeviceStrategy
 from torchplug.trainer.connector import resolve
+from torchplug.utilities.warn import reset_warned
 
 
 def test_defaults_resolve_to_one_cpu_process() -> None:
@@ -214,3 +216,48 @@ def test_a_qualified_name_keeps_its_provider_through_the_precision_mapping(monke
     assert "precision=bf16-mixed@core" in resolution.describe().replace("'", "")
     assert lookups.resolved[("precision", "bf16-mixed@core")] == 1
     assert ("precision", "bf16-mixed") not in lookups.resolved
+
+
+_TORCHRUN_TWO_PROCESSES = {
+    "TORCHELASTIC_RUN_ID": "job",
+    "WORLD_SIZE": "2",
+    "RANK": "0",
+    "LOCAL_RANK": "0",
+    "LOCAL_WORLD_SIZE": "2",
+    "GROUP_RANK": "0",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"devices": 1}, {"devices": 1, "strategy": "single_device"}],
+    ids=["devices=1", "single_device"],
+)
+def test_one_process_strategy_under_a_launcher_that_started_several_is_warned(
+    monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, object]
+) -> None:
+    for name, value in _TORCHRUN_TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    reset_warned()
+    with pytest.warns(UserWarning, match="trains on its own") as record:
+        resolution = resolve(accelerator="cpu", **kwargs)  # type: ignore[arg-type]
+    assert resolution.strategy.world_size == 1  # each torchrun process would train alone, as rank 0
+    message = str(record[0].message)
+    assert "devices=1 with strategy=SingleDeviceStrategy runs one process, but TorchElasticEnvironment started 2" in (
+        message
+    )
+    assert "each of them trains on its own as global rank 0" in message
+    assert "Hint: use devices='auto' (or devices=2)" in message
+    assert "TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS=torchelastic" in message
+
+
+def test_devices_auto_under_a_launcher_joins_its_processes_without_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in _TORCHRUN_TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    reset_warned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolution = resolve(accelerator="cpu")
+    assert isinstance(resolution.strategy, DDPStrategy) and resolution.strategy.world_size == 2

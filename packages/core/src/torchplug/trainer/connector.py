@@ -24,6 +24,7 @@ from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
 from torchplug.utilities.devices import check_device_count
+from torchplug.utilities.warn import warn_once
 
 __all__ = [
     "AcceleratorArg",
@@ -421,6 +422,7 @@ def resolve(
     chosen_precision = resolver.precision(precision, extra.get("precision"), strat, accel)
     io = resolver.checkpoint_io(extra.get("checkpoint_io"), strat, accel)
     _check_strategy(strat, strat.accelerator or accel, num_devices, num_nodes)
+    _check_external_processes(strat, environment, num_devices, resolver.host.registry("cluster_environment"))
     strat.attach(
         accelerator=accel,
         precision=chosen_precision,
@@ -443,3 +445,42 @@ def _check_strategy(strategy: Strategy, accelerator: Accelerator, num_devices: i
             f"strategy={_label(strategy)} runs one process, but devices={num_devices} and num_nodes={num_nodes} ask "
             f"for more. Hint: use strategy={accelerator.parallel_strategy!r} (or 'auto'), or devices=1."
         )
+
+
+def _check_external_processes(
+    strategy: Strategy, environment: ClusterEnvironment, num_devices: int, registry: Registry[ClusterEnvironment]
+) -> None:
+    """Say so when a launcher started several processes and the strategy runs each one on its own.
+
+    Under ``srun -n 2`` or ``torchrun --nproc-per-node 2``, ``devices=1`` (or a single-device
+    strategy) makes every process a world of one: each trains alone as global rank 0, on the same
+    data, writing the same checkpoint and log files. Lightning runs that without a word; it is
+    warned about here, with the processes the launcher started and the two ways out.
+    """
+    if strategy.is_distributed or not environment.creates_processes_externally:
+        return
+    started = environment.world_size()
+    if started <= 1:
+        return
+    per_node = environment.processes_per_node()
+    warn_once(
+        f"devices={num_devices} with strategy={_label(strategy)} runs one process, but {_label(environment)} started "
+        f"{started} processes "
+        f"(world size {started}"
+        + (f", {per_node} on this node" if per_node else "")
+        + "): each of them trains on its own as global rank 0, on the same data, writing the same checkpoints "
+        "and logs. Hint: use devices='auto' (or devices="
+        + str(per_node or started)
+        + ") so that they train together, or, if the processes are meant to be independent runs, "
+        "TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS="
+        + _registered_name(registry, environment)
+        + " and a default_root_dir of their own."
+    )
+
+
+def _registered_name(registry: Registry[Any], obj: object) -> str:
+    """The registry name of ``obj``'s class, for hints (its class name when no loaded entry targets it)."""
+    for entry in registry.entries():
+        if entry.is_loaded and entry.load() is type(obj):
+            return entry.name
+    return _label(obj)
