@@ -8,6 +8,7 @@ import warnings
 from collections import Counter
 
 import pytest
+import torch
 
 import torchplug
 from torchplug._host import PluginHost
@@ -21,6 +22,8 @@ from torchplug.strategies.ddp import DDPStrategy
 from torchplug.strategies.single_device import SingleDeviceStrategy
 from torchplug.trainer.connector import resolve
 from torchplug.utilities.warn import reset_warned
+
+CPU = torch.device("cpu")
 
 
 def test_defaults_resolve_to_one_cpu_process() -> None:
@@ -261,3 +264,36 @@ def test_devices_auto_under_a_launcher_joins_its_processes_without_a_warning(mon
         warnings.simplefilter("error")
         resolution = resolve(accelerator="cpu")
     assert isinstance(resolution.strategy, DDPStrategy) and resolution.strategy.world_size == 2
+
+
+def test_a_strategy_made_for_a_device_of_another_accelerator_is_refused() -> None:
+    with pytest.raises(
+        torchplug.MisconfigurationError,
+        match=r"strategy=SingleDeviceStrategy was made for device 'cuda:0', which is not a device of CPUAccelerator "
+        r"\(its devices here: cpu\)\. Hint: ",
+    ):
+        resolve(accelerator="cpu", strategy=SingleDeviceStrategy(device="cuda:0"))
+
+
+@pytest.mark.parametrize(
+    ("strategy", "devices", "message"),
+    [
+        (SingleDeviceStrategy(device="cpu"), 2, "by strategy=SingleDeviceStrategy, made for cpu, and by devices=2"),
+        (
+            DDPStrategy(parallel_devices=[CPU] * 3),
+            2,
+            "by strategy=DDPStrategy, made for cpu, cpu, cpu, and by devices=2",
+        ),
+    ],
+    ids=["single-device", "ddp"],
+)
+def test_devices_that_contradict_the_strategys_own_are_refused(strategy: object, devices: int, message: str) -> None:
+    with pytest.raises(torchplug.MisconfigurationError, match=r"^The devices are set twice: ") as info:
+        resolve(accelerator="cpu", strategy=strategy, devices=devices)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
+def test_the_strategys_own_devices_are_the_ones_counted_and_described() -> None:
+    resolution = resolve(accelerator="cpu", strategy=DDPStrategy(parallel_devices=[CPU] * 3))
+    assert resolution.num_devices == resolution.strategy.num_processes == 3
+    assert "devices              cpu, cpu, cpu  (given by the strategy instance)" in resolution.describe()

@@ -93,6 +93,11 @@ class Resolution:
         return [{"what": d.what, "value": d.value, "why": d.why, "details": list(d.details)} for d in self.trace]
 
 
+def _positions(devices: Sequence[Any]) -> list[tuple[str, int]]:
+    """``(type, index)`` of each device, a device without an index counting as index 0."""
+    return [(d.type, d.index or 0) for d in devices]
+
+
 def _interactive() -> bool:
     return hasattr(sys, "ps1") or bool(sys.flags.interactive) or "ipykernel" in sys.modules
 
@@ -268,6 +273,38 @@ class _Resolver:
         self.note("devices", ", ".join(str(d) for d in parallel), why)
         return parallel
 
+    def strategy_devices(
+        self, strategy: object, accelerator: Accelerator, devices: object, parallel: list[Any]
+    ) -> list[Any]:
+        """The devices a strategy instance was constructed with, checked here rather than when the run starts.
+
+        Each must be a device of the accelerator (of the type its ``get_parallel_devices`` gives;
+        its index is checked after :meth:`Strategy.attach`, see :func:`_check_own_device_ids`).
+        ``devices=`` may be ``"auto"``, their number, or their ids; other devices would be ignored
+        (as Lightning ignores them): that is an error naming both.
+        """
+        own = strategy.own_devices if isinstance(strategy, Strategy) else None
+        if not own:
+            return parallel
+        label, shown = f"strategy={_label(strategy)}", ", ".join(str(d) for d in own)
+        foreign = [d for d in own if d.type not in {p.type for p in parallel}]
+        if foreign:
+            raise MisconfigurationError(
+                f"{label} was made for device {str(foreign[0])!r}, which is not a device of {_label(accelerator)} "
+                f"(its devices here: {', '.join(str(p) for p in parallel)}). Hint: give the strategy one of those, "
+                f"or choose the accelerator of {foreign[0].type!r} devices."
+            )
+        names_ids = isinstance(devices, (list, tuple)) or (isinstance(devices, str) and "," in devices)
+        if devices != "auto" and (len(own) != len(parallel) or (names_ids and _positions(own) != _positions(parallel))):
+            raise MisconfigurationError(
+                f"The devices are set twice: by {label}, made for {shown}, and by devices={devices!r}, which selects "
+                f"{', '.join(str(p) for p in parallel)}. Choose one. Hint: leave devices='auto' when the strategy "
+                "names its devices, or make the strategy without them."
+            )
+        self.trace[:] = [d for d in self.trace if d.what != "devices"]
+        self.note("devices", shown, "given by the strategy instance")
+        return list(own)
+
     # -- cluster environment --------------------------------------------------------------------
 
     def environment(self, plugin: object, strategy: object) -> ClusterEnvironment:
@@ -417,6 +454,7 @@ def resolve(
     accel = resolver.accelerator(accelerator, given_strategy)
     environment = resolver.environment(extra.get("cluster_environment"), given_strategy)
     parallel = resolver.devices(accel, devices, environment)
+    parallel = resolver.strategy_devices(given_strategy, accel, devices, parallel)
     num_devices = len(parallel)
     strat = resolver.strategy(given_strategy, accel, num_devices, num_nodes)
     chosen_precision = resolver.precision(precision, extra.get("precision"), strat, accel)
@@ -431,6 +469,7 @@ def resolve(
         parallel_devices=parallel,
         num_nodes=num_nodes,
     )
+    _check_own_device_ids(given_strategy, strat.accelerator or accel)
     if strat.launcher is not None and _interactive() and not strat.launcher.is_interactive_compatible:
         raise MisconfigurationError(
             f"strategy={_label(strat)} re-launches the script, which is impossible in a notebook or REPL. "
@@ -444,6 +483,24 @@ def _check_strategy(strategy: Strategy, accelerator: Accelerator, num_devices: i
         raise MisconfigurationError(
             f"strategy={_label(strategy)} runs one process, but devices={num_devices} and num_nodes={num_nodes} ask "
             f"for more. Hint: use strategy={accelerator.parallel_strategy!r} (or 'auto'), or devices=1."
+        )
+
+
+def _check_own_device_ids(strategy: object, accelerator: Accelerator) -> None:
+    """Refuse a strategy made for a device id beyond ``accelerator.auto_device_count()`` (asked after ``attach``).
+
+    After ``attach``, so that a strategy's own check of its devices (in ``configure_launcher``) speaks first.
+    """
+    own = strategy.own_devices if isinstance(strategy, Strategy) else None
+    if not own or accelerator.devices_are_processes:
+        return
+    count = int(accelerator.auto_device_count())
+    beyond = [d for d in own if (d.index or 0) >= count]
+    if beyond:
+        raise MisconfigurationError(
+            f"strategy={_label(strategy)} was made for device {str(beyond[0])!r}, but "
+            f"{_label(accelerator)}.auto_device_count() reports {count} on this machine. Hint: give the strategy a "
+            f"device index from 0 to {count - 1}."
         )
 
 
