@@ -297,3 +297,27 @@ def test_the_strategys_own_devices_are_the_ones_counted_and_described() -> None:
     resolution = resolve(accelerator="cpu", strategy=DDPStrategy(parallel_devices=[CPU] * 3))
     assert resolution.num_devices == resolution.strategy.num_processes == 3
     assert "devices              cpu, cpu, cpu  (given by the strategy instance)" in resolution.describe()
+
+
+class _PrefersMissingIO(CPUAccelerator):
+    """The CPU, asking for a checkpoint IO that no installed package provides."""
+
+    default_checkpoint_io = "xla"
+
+
+def test_the_fallback_from_an_accelerators_missing_checkpoint_io_is_warned_about() -> None:
+    reset_warned()
+    with pytest.warns(UserWarning, match="Checkpoints are written with") as record:
+        resolution = resolve(accelerator=_PrefersMissingIO(), host=PluginHost(PluginSettings(autoload=False)))
+    assert isinstance(resolution.strategy.checkpoint_io, TorchCheckpointIO)
+    assert [str(w.message) for w in record] == [
+        "Checkpoints are written with the core's 'torch' checkpoint IO: _PrefersMissingIO prefers the checkpoint "
+        "IO 'xla', which is not installed. Hint: pip install io-xla"
+    ]
+
+
+def test_no_fallback_is_warned_about_when_a_checkpoint_io_is_given() -> None:
+    reset_warned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve(accelerator=_PrefersMissingIO(), plugins=["torch"], host=PluginHost(PluginSettings(autoload=False)))

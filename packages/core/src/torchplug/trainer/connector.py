@@ -400,14 +400,13 @@ class _Resolver:
         registry = self.host.registry("checkpoint_io")
         default_name = strategy.default_checkpoint_io or accelerator.default_checkpoint_io or "torch"
         default_of = _label(strategy) if strategy.default_checkpoint_io else _label(accelerator)
+        fallback: str | None = None  # why the core's IO stands in for the preferred one, said once it is used
         if default_name not in registry:
             hint = INSTALL_HINTS["checkpoint_io"].get(default_name)
-            self.note(
-                "checkpoint_io (default)",
-                "torch",
-                f"{default_of} prefers {default_name!r}, which is not installed"
-                + (f"; Hint: pip install {hint}" if hint else ""),
+            fallback = f"{default_of} prefers the checkpoint IO {default_name!r}, which is not installed" + (
+                f". Hint: pip install {hint}" if hint else ""
             )
+            self.note("checkpoint_io (default)", "torch", fallback)
             default_name = "torch"
         default: RegistryEntry[CheckpointIO] | None = None  # looked up only when needed, then kept
         if strategy.has_checkpoint_io:
@@ -423,6 +422,10 @@ class _Resolver:
         if isinstance(io, _WrappingIO) and io.checkpoint_io is None:  # a wrapper with nothing inside
             io.checkpoint_io = _create(default or registry.resolve(default_name))
             self.note("checkpoint_io (wrapped)", default_name, f"default of {default_of}")
+        elif default is None:
+            fallback = None  # the IO given is used, not the default
+        if fallback is not None:
+            warn_once(f"Checkpoints are written with the core's 'torch' checkpoint IO: {fallback}")
         return io
 
 
