@@ -321,3 +321,40 @@ def test_no_fallback_is_warned_about_when_a_checkpoint_io_is_given() -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         resolve(accelerator=_PrefersMissingIO(), plugins=["torch"], host=PluginHost(PluginSettings(autoload=False)))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"plugins": ["ddp"]},
+            "plugins=['ddp'] is not valid: 'ddp' is a registered strategy, and plugins= takes precisions, checkpoint "
+            "IOs and cluster environments. Hint: Trainer(strategy='ddp').",
+        ),
+        ({"plugins": ["cpu"]}, "'cpu' is a registered accelerator, and plugins= takes"),
+        (
+            {"plugins": [DDPStrategy()]},
+            "it is a Strategy, and plugins= takes precisions, checkpoint IOs and cluster "
+            "environments. Hint: Trainer(strategy=DDPStrategy(...)).",
+        ),
+        ({"plugins": [CPUAccelerator()]}, "Hint: Trainer(accelerator=CPUAccelerator(...))."),
+        (
+            {"precision": True},
+            "precision=True has type bool; give a registered name or alias ('bf16-mixed', '16-mixed', '32-true', 16, "
+            "32, 64...) or a Precision instance. Hint: ",
+        ),
+        ({"precision": 16.0}, "precision=16.0 has type float"),
+        (
+            {"precision": "bf16-mixed", "strategy": SingleDeviceStrategy(precision=MixedPrecision("16-mixed"))},
+            "The precision is set more than once: precision='bf16-mixed', strategy=SingleDeviceStrategy(precision="
+            "MixedPrecision(precision='16-mixed', device_type=None)). Choose one. Hint: ",
+        ),
+    ],
+    ids=["strategy-name", "accelerator-name", "strategy-instance", "accelerator-instance", "bool", "float", "twice"],
+)
+def test_arguments_given_in_the_wrong_place_or_type_say_where_they_belong(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        resolve(**kwargs)  # type: ignore[arg-type]
+    assert message in str(info.value)

@@ -57,6 +57,9 @@ _PLUGIN_BASES: Final[dict[str, type]] = {
     "cluster_environment": ClusterEnvironment,
 }
 
+#: The Trainer arguments that take the other registered kinds, for the hint when one is given in ``plugins=``.
+_OTHER_ARGUMENTS: Final = ("strategy", "accelerator", "logger")
+
 _T = TypeVar("_T")
 
 
@@ -142,7 +145,7 @@ class _Resolver:
             if kind in found:
                 raise MisconfigurationError(
                     f"plugins= holds two {kind.replace('_', ' ')} plugins: {found[kind]!r} and {value!r}. "
-                    "Give at most one of each kind."
+                    "Give at most one of each kind. Hint: keep the one you mean, and remove the other."
                 )
             found[kind] = value
         return found
@@ -162,11 +165,23 @@ class _Resolver:
                 raise MisconfigurationError(
                     f"plugins=[{item!r}] is a name of several kinds ({', '.join(kinds)}); pass an instance instead."
                 )
+            for argument in _OTHER_ARGUMENTS:
+                if key in self.host.registry(argument):
+                    raise MisconfigurationError(
+                        f"plugins=[{item!r}] is not valid: {item!r} is a registered {argument}, and plugins= takes "
+                        f"precisions, checkpoint IOs and cluster environments. Hint: Trainer({argument}={item!r})."
+                    )
             names = sorted({n for k in _PLUGIN_BASES for n in self.host.registry(k).names()})
             raise MisconfigurationError(
                 f"plugins=[{item!r}] is not a registered precision, checkpoint IO or cluster environment. "
                 f"Installed: {', '.join(names)}. Hint: core plugins list"
             )
+        for argument, base in (("strategy", Strategy), ("accelerator", Accelerator)):
+            if isinstance(item, base):
+                raise MisconfigurationError(
+                    f"plugins=[{item!r}] is not valid: it is a {base.__name__}, and plugins= takes precisions, "
+                    f"checkpoint IOs and cluster environments. Hint: Trainer({argument}={_label(item)}(...))."
+                )
         raise MisconfigurationError(
             f"plugins=[{item!r}] has type {type(item).__name__}; expected a Precision, CheckpointIO or "
             "ClusterEnvironment instance, or one of their registered names."
@@ -357,13 +372,25 @@ class _Resolver:
     # -- precision ------------------------------------------------------------------------------
 
     def precision(self, value: object, plugin: object, strategy: Strategy, accelerator: Accelerator) -> Precision:
-        given = [g for g in (value, plugin, strategy.precision) if g is not None]
+        sources = (
+            (f"precision={value!r}", value),
+            (f"plugins=[{plugin!r}]", plugin),
+            (f"strategy={_label(strategy)}(precision={strategy.precision!r})", strategy.precision),
+        )
+        given = [g for _, g in sources if g is not None]
         if len(given) > 1:
             raise MisconfigurationError(
-                f"The precision is set more than once: precision={value!r}, plugins=[{plugin!r}], "
-                f"strategy precision={strategy.precision!r}. Choose one."
+                "The precision is set more than once: "
+                + ", ".join(label for label, g in sources if g is not None)
+                + ". Choose one. Hint: keep precision= alone (a name or a Precision instance)."
             )
         chosen = given[0] if given else accelerator.default_precision
+        if isinstance(chosen, bool) or not isinstance(chosen, (str, int, type, Precision)):
+            raise MisconfigurationError(
+                f"precision={chosen!r} has type {type(chosen).__name__}; give a registered name or alias "
+                "('bf16-mixed', '16-mixed', '32-true', 16, 32, 64...) or a Precision instance. Hint: core plugins list "
+                "--kind precision"
+            )
         if isinstance(chosen, Precision):
             self.note("precision", _label(chosen), "given as an instance")
             return chosen
