@@ -358,3 +358,16 @@ def test_arguments_given_in_the_wrong_place_or_type_say_where_they_belong(
     with pytest.raises(torchplug.MisconfigurationError) as info:
         resolve(**kwargs)  # type: ignore[arg-type]
     assert message in str(info.value)
+
+
+def test_devices_that_contradict_the_processes_a_launcher_started_are_refused_when_the_trainer_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in _TORCHRUN_TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(
+        torchplug.MisconfigurationError,
+        match=r"You set `devices=3`, but torchrun started 2 processes per node \(`--nproc_per_node=2`, "
+        r"LOCAL_WORLD_SIZE=2\)\. Hint: ",
+    ):
+        resolve(accelerator="cpu", devices=3)  # refused at fit() before, when the launcher started

@@ -490,7 +490,7 @@ def resolve(
     chosen_precision = resolver.precision(precision, extra.get("precision"), strat, accel)
     io = resolver.checkpoint_io(extra.get("checkpoint_io"), strat, accel)
     _check_strategy(strat, strat.accelerator or accel, num_devices, num_nodes)
-    _check_external_processes(strat, environment, num_devices, resolver.host.registry("cluster_environment"))
+    _check_external_processes(strat, environment, num_devices, num_nodes, resolver.host.registry("cluster_environment"))
     strat.attach(
         accelerator=accel,
         precision=chosen_precision,
@@ -535,16 +535,25 @@ def _check_own_device_ids(strategy: object, accelerator: Accelerator) -> None:
 
 
 def _check_external_processes(
-    strategy: Strategy, environment: ClusterEnvironment, num_devices: int, registry: Registry[ClusterEnvironment]
+    strategy: Strategy,
+    environment: ClusterEnvironment,
+    num_devices: int,
+    num_nodes: int,
+    registry: Registry[ClusterEnvironment],
 ) -> None:
-    """Say so when a launcher started several processes and the strategy runs each one on its own.
+    """Check ``devices=``/``num_nodes=`` against the processes a launcher or scheduler already started.
 
-    Under ``srun -n 2`` or ``torchrun --nproc-per-node 2``, ``devices=1`` (or a single-device
-    strategy) makes every process a world of one: each trains alone as global rank 0, on the same
-    data, writing the same checkpoint and log files. Lightning runs that without a word; it is
-    warned about here, with the processes the launcher started and the two ways out.
+    A distributed strategy: the environment's ``validate_settings`` (``devices=4`` under
+    ``--ntasks-per-node=2``), now rather than when ``fit`` starts. A one-process strategy under
+    ``srun -n 2`` or ``torchrun --nproc-per-node 2`` (``devices=1``) makes every process a world
+    of one: each trains alone as global rank 0, on the same data, writing the same checkpoint and
+    log files. Lightning runs that without a word; it is warned about here, with the processes the
+    launcher started and the two ways out.
     """
-    if strategy.is_distributed or not environment.creates_processes_externally:
+    if not environment.creates_processes_externally:
+        return
+    if strategy.is_distributed:
+        environment.validate_settings(num_devices, num_nodes)
         return
     started = environment.world_size()
     if started <= 1:
