@@ -165,9 +165,10 @@ def _dtypes_of(mixed_precision: object) -> dict[str, Any]:
             f"FSDPStrategy(mixed_precision={mixed_precision!r}) is not valid: give FSDP's MixedPrecision. Hint: "
             "FSDPStrategy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) says the same directly."
         )
-    if getattr(mixed_precision, "buffer_dtype", None) is not None:
+    buffer_dtype = getattr(mixed_precision, "buffer_dtype", None)
+    if buffer_dtype is not None:
         raise MisconfigurationError(
-            f"FSDPStrategy(mixed_precision=MixedPrecision(buffer_dtype={mixed_precision.buffer_dtype!r})) is not "
+            f"FSDPStrategy(mixed_precision=MixedPrecision(buffer_dtype={buffer_dtype!r})) is not "
             "supported: FSDP2 leaves buffers in their dtype. Hint: drop buffer_dtype, or use precision='bf16-true'."
         )
     return {"param_dtype": mixed_precision.param_dtype, "reduce_dtype": mixed_precision.reduce_dtype}

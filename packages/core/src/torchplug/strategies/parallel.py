@@ -56,7 +56,7 @@ class ParallelStrategy(Strategy):
         cluster_environment: ClusterEnvironment | None = None,
         parallel_devices: list[torch.device] | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta | None = None,
+        timeout: timedelta | float | None = None,
     ) -> None:
         super().__init__(accelerator, precision, checkpoint_io, cluster_environment)
         self.parallel_devices = parallel_devices
@@ -234,15 +234,17 @@ def _require_known_backend(backend: str) -> None:
 
 def _check_timeout(timeout: object) -> timedelta | None:
     """``timeout`` as a ``timedelta``: one given, or a number of seconds; None stays None (the default)."""
-    if timeout is None or isinstance(timeout, timedelta):
-        seconds = None if timeout is None else timeout.total_seconds()
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
     elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
         seconds = float(timeout)
     else:
         seconds = math.nan
-    if seconds is not None and not (0 < seconds < math.inf):
+    if not 0 < seconds < math.inf:
         raise MisconfigurationError(
             f"timeout={timeout!r} is not valid: give how long a collective may wait, as a positive number of "
             "seconds or a datetime.timedelta. Hint: timeout=timedelta(minutes=30) or timeout=1800."
         )
-    return timeout if isinstance(timeout, timedelta) or seconds is None else timedelta(seconds=seconds)
+    return timeout if isinstance(timeout, timedelta) else timedelta(seconds=seconds)
