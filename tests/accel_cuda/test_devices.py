@@ -8,6 +8,9 @@ import pytest
 import torch
 
 from tests.accel_cuda.conftest import FakeGPUs
+from torchplug import MisconfigurationError
+from torchplug.strategies.single_device import SingleDeviceStrategy
+from torchplug.trainer.connector import resolve
 from torchplug_cuda import is_cuda_available, num_cuda_devices, parse_cuda_devices
 
 CHOICES = "Give a number of GPUs (devices=2), -1 or 'auto' for all of them, or a list of ids (devices=[0, 2] or '0,2')."
@@ -301,3 +304,19 @@ def test_without_any_gpu_a_wrong_type_is_still_a_type_error() -> None:
 def test_the_count_can_be_given(fake_gpus: FakeGPUs) -> None:
     fake_gpus(0)
     assert parse_cuda_devices(-1, count=3) == [0, 1, 2]
+
+
+def test_a_strategy_made_for_a_gpu_that_is_not_there_is_refused_when_the_trainer_is_made(fake_gpus: FakeGPUs) -> None:
+    fake_gpus(2)
+    with pytest.raises(
+        MisconfigurationError,
+        match=r"strategy=SingleDeviceStrategy was made for device 'cuda:5', but CUDAAccelerator.auto_device_count\(\) "
+        r"reports 2 on this machine\. Hint: give the strategy a device index from 0 to 1\.",
+    ):
+        resolve(accelerator="cuda", strategy=SingleDeviceStrategy(device="cuda:5"))
+
+
+def test_a_strategy_made_for_one_of_several_gpus_runs_there_with_devices_auto(fake_gpus: FakeGPUs) -> None:
+    fake_gpus(2)
+    resolution = resolve(accelerator="cuda", strategy=SingleDeviceStrategy(device="cuda:1"))  # no longer "devices=2"
+    assert resolution.num_devices == 1 and resolution.strategy.root_device == torch.device("cuda", 1)

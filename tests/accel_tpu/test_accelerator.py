@@ -180,6 +180,10 @@ def test_default_checkpoint_io_is_the_cores_without_io_xla() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["xla", "TorchCheckpointIO"]  # preferred, not installed: the core's IO
+    assert (  # and said so
+        "Checkpoints are written with the core's 'torch' checkpoint IO: XLAAccelerator prefers the checkpoint IO "
+        "'xla', which is not installed. Hint: pip install io-xla"
+    ) in result.stderr
 
 
 def test_device_stats_in_bytes() -> None:

@@ -354,3 +354,17 @@ def test_teardown_keeps_the_scaler_for_the_next_run() -> None:
     plugin.teardown()
     assert plugin.state_dict() == state
     train(plugin, model, optimizer, steps=2)
+
+
+@pytest.mark.parametrize("device_type", ["cdua", "meta", 0], ids=["misspelt", "no-autocast", "not-a-string"])
+def test_a_device_type_torch_cannot_autocast_on_is_refused_when_the_plugin_is_made(device_type: object) -> None:
+    with pytest.raises(
+        MisconfigurationError, match=rf"^device_type={device_type!r} is not valid: torch cannot autocast on it"
+    ):
+        MixedPrecision("16-mixed", device_type=device_type)  # type: ignore[arg-type]
+
+
+def test_lightnings_device_argument_names_the_autocast_device_type() -> None:
+    assert MixedPrecision("bf16-mixed", device="cpu").device_type == "cpu"
+    with pytest.raises(MisconfigurationError, match="both name the autocast device type"):
+        MixedPrecision("bf16-mixed", device_type="cpu", device="cpu")

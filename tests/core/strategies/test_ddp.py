@@ -10,12 +10,15 @@ from __future__ import annotations
 
 import csv
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 
+import torchplug
 from tests.core.strategies.runner import (
     Run,
     alive,
@@ -27,10 +30,15 @@ from tests.core.strategies.runner import (
     train,
 )
 from tests.core.strategies.scripts.common import SEED, mlp
+from torchplug.accelerators.cpu import CPUAccelerator
+from torchplug.environments.local import LocalEnvironment
+from torchplug.precision.amp import MixedPrecision
+from torchplug.strategies.ddp import DDPStrategy
 
 pytestmark = [pytest.mark.slow, linux_only]
 
 LAUNCHERS = ["ddp", "ddp_spawn", "ddp_fork"]
+CPU = torch.device("cpu")
 STEPS = 8  # 64 samples, 8 per rank and batch, 2 ranks: 4 steps per epoch, 2 epochs
 
 Launched = Callable[[str], tuple[Path, Run]]
@@ -225,3 +233,84 @@ def test_an_unused_parameter_without_find_unused_parameters_fails_cleanly(tmp_pa
     assert result.returncode != 0
     assert "find_unused_parameters" in result.output  # DDP's own hint reaches the user
     assert not result.leftovers
+
+
+# -- the strategy's arguments, checked when it is made -----------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"static_grpah": True},
+            r"DDPStrategy\(static_grpah=...\) is not valid: it is neither an argument of the strategy nor one of "
+            r"torch's DistributedDataParallel, .* Hint: did you mean static_graph=\?",
+        ),
+        ({"device_ids": [1]}, r"DDPStrategy\(device_ids=...\) is not valid: the strategy sets .* Hint: remove"),
+        ({"model_averaging_period": 4}, r"model_averaging_period=...\) is not supported: .* Hint: wrap your optimizer"),
+        ({"find_unused_parameters": "false"}, r"find_unused_parameters='false' is not valid: give True or False"),
+        ({"ddp_comm_state": object()}, r"ddp_comm_state= given without ddp_comm_hook=, so it would do nothing"),
+        ({"ddp_comm_hook": "fp16"}, r"ddp_comm_hook='fp16' is not valid: give a function\. Hint:"),
+    ],
+    ids=["misspelt-ddp-kwarg", "device_ids", "model_averaging_period", "string-bool", "state-without-hook", "hook-str"],
+)
+def test_arguments_that_would_fail_in_every_worker_are_refused_when_the_strategy_is_made(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(torchplug.MisconfigurationError, match=message):
+        DDPStrategy(**kwargs)  # type: ignore[arg-type]
+
+
+def test_lightnings_precision_plugin_argument_sets_the_precision() -> None:
+    precision = MixedPrecision("bf16-mixed")
+    assert DDPStrategy(precision_plugin=precision).precision is precision
+    with pytest.raises(torchplug.MisconfigurationError, match="both set the precision"):
+        DDPStrategy(precision=MixedPrecision("bf16-mixed"), precision_plugin=precision)
+
+
+def test_a_backend_this_torch_build_lacks_is_refused_when_the_strategy_is_made() -> None:
+    missing = [b for b in dist.Backend.backend_list if b != "undefined" and not dist.is_backend_available(b)]
+    if not missing:
+        pytest.skip("this torch build has every backend it knows")
+    with pytest.raises(torchplug.MisconfigurationError, match=rf"this torch build .* has no '{missing[0]}' backend"):
+        DDPStrategy(process_group_backend=missing[0])
+
+
+def test_a_misspelt_backend_is_refused_before_the_processes_wait_for_each_other() -> None:
+    strategy = DDPStrategy(process_group_backend="glo")  # a vendor may register a backend later: kept until now
+    strategy.attach(accelerator=CPUAccelerator(), cluster_environment=LocalEnvironment(), parallel_devices=[CPU])
+    with pytest.raises(
+        torchplug.MisconfigurationError,
+        match=r"process_group_backend='glo' is not valid: torch.distributed has no backend 'glo' .* mean 'gloo'",
+    ):
+        strategy.setup_environment()
+    assert not dist.is_initialized()
+
+
+@pytest.fixture
+def one_process_group() -> Iterator[None]:
+    """A gloo process group of this process alone, as a DDP worker of world size 1 has."""
+    dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+    try:
+        yield
+    finally:
+        dist.destroy_process_group()
+
+
+@pytest.mark.usefixtures("one_process_group")
+def test_a_ddp_comm_hook_runs_on_every_gradient_bucket_wrapped_as_asked() -> None:
+    calls: list[str] = []
+
+    def hook(state, bucket):  # type: ignore[no-untyped-def]  # DDP refuses a string annotation on bucket
+        calls.append(f"hook({state})")
+        return default_hooks.allreduce_hook(None, bucket)
+
+    def wrapper(inner: Callable[..., object]) -> Callable[..., object]:
+        calls.append("wrapped")
+        return inner
+
+    strategy = DDPStrategy(ddp_comm_hook=hook, ddp_comm_state="state", ddp_comm_wrapper=wrapper)
+    strategy.attach(accelerator=CPUAccelerator(), cluster_environment=LocalEnvironment(), parallel_devices=[CPU])
+    model = strategy.setup_module(torch.nn.Linear(3, 1))
+    model("forward", torch.ones(2, 3)).sum().backward()
+    assert calls == ["wrapped", "hook(state)"]

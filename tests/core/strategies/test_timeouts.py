@@ -8,6 +8,7 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from pathlib import Path
 
@@ -98,3 +99,16 @@ def test_a_bad_timeout_is_refused_naming_the_variable(monkeypatch: pytest.Monkey
 def test_the_strategys_timeout_wins_over_the_variable() -> None:
     assert DDPStrategy(timeout=timedelta(minutes=45)).timeout == timedelta(minutes=45)
     assert DDPStrategy().timeout is None  # resolved from TORCHPLUG_COLLECTIVE_TIMEOUT when the group is joined
+
+
+def test_the_strategys_timeout_may_be_a_number_of_seconds() -> None:
+    assert DDPStrategy(timeout=90).timeout == timedelta(seconds=90)
+    assert DDPStrategy(timeout=2.5).timeout == timedelta(seconds=2.5)
+
+
+@pytest.mark.parametrize("timeout", [0, -5, float("inf"), True, "30", timedelta(0)], ids=repr)
+def test_a_timeout_that_is_no_duration_is_refused_when_the_strategy_is_made(timeout: object) -> None:
+    with pytest.raises(
+        torchplug.MisconfigurationError, match=rf"^{re.escape(f'timeout={timeout!r}')} is not valid: .* Hint: "
+    ):
+        DDPStrategy(timeout=timeout)  # type: ignore[arg-type]

@@ -26,6 +26,7 @@ from torchplug.callbacks.model_summary import ModelSummary
 from torchplug.callbacks.timer import Timer, parse_duration
 from torchplug.profilers import AdvancedProfiler, SimpleProfiler
 from torchplug.utilities.combined_loader import CombinedLoader
+from torchplug.utilities.warn import reset_warned
 
 #: Lightning 2.6's ``Trainer.__init__`` arguments (read from lightning 2.6.6).
 LIGHTNING_TRAINER_ARGUMENTS = (
@@ -302,6 +303,20 @@ def test_sync_batchnorm_converts_the_batchnorm_layers():
     model.net.insert(1, torch.nn.BatchNorm1d(32))
     fit(model, sync_batchnorm=True)
     assert isinstance(model.net[1], torch.nn.SyncBatchNorm)
+
+
+def test_sync_batchnorm_with_one_process_says_it_has_nothing_to_synchronise():
+    model = Classifier()
+    model.net.insert(1, torch.nn.BatchNorm1d(32))
+    reset_warned()
+    with pytest.warns(UserWarning, match=r"sync_batchnorm=True with one process \(world size 1\): there is no other"):
+        fit(model, sync_batchnorm=True)
+
+
+def test_sync_batchnorm_on_a_model_without_batchnorm_says_there_is_nothing_to_convert():
+    reset_warned()
+    with pytest.warns(UserWarning, match=r"sync_batchnorm=True, but Classifier has no BatchNorm layer"):
+        fit(Classifier(), sync_batchnorm=True)
 
 
 def test_init_module_builds_tensors_in_the_precision_dtype():

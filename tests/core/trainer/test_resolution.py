@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pathlib
 import re
+import warnings
 from collections import Counter
 
 import pytest
+import torch
 
 import torchplug
 from torchplug._host import PluginHost
@@ -19,6 +21,9 @@ from torchplug.precision.amp import MixedPrecision
 from torchplug.strategies.ddp import DDPStrategy
 from torchplug.strategies.single_device import SingleDeviceStrategy
 from torchplug.trainer.connector import resolve
+from torchplug.utilities.warn import reset_warned
+
+CPU = torch.device("cpu")
 
 
 def test_defaults_resolve_to_one_cpu_process() -> None:
@@ -214,3 +219,155 @@ def test_a_qualified_name_keeps_its_provider_through_the_precision_mapping(monke
     assert "precision=bf16-mixed@core" in resolution.describe().replace("'", "")
     assert lookups.resolved[("precision", "bf16-mixed@core")] == 1
     assert ("precision", "bf16-mixed") not in lookups.resolved
+
+
+_TORCHRUN_TWO_PROCESSES = {
+    "TORCHELASTIC_RUN_ID": "job",
+    "WORLD_SIZE": "2",
+    "RANK": "0",
+    "LOCAL_RANK": "0",
+    "LOCAL_WORLD_SIZE": "2",
+    "GROUP_RANK": "0",
+    "MASTER_ADDR": "127.0.0.1",
+    "MASTER_PORT": "29500",
+}
+
+
+@pytest.mark.parametrize(
+    "kwargs",
+    [{"devices": 1}, {"devices": 1, "strategy": "single_device"}],
+    ids=["devices=1", "single_device"],
+)
+def test_one_process_strategy_under_a_launcher_that_started_several_is_warned(
+    monkeypatch: pytest.MonkeyPatch, kwargs: dict[str, object]
+) -> None:
+    for name, value in _TORCHRUN_TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    reset_warned()
+    with pytest.warns(UserWarning, match="trains on its own") as record:
+        resolution = resolve(accelerator="cpu", **kwargs)  # type: ignore[arg-type]
+    assert resolution.strategy.world_size == 1  # each torchrun process would train alone, as rank 0
+    message = str(record[0].message)
+    assert "devices=1 with strategy=SingleDeviceStrategy runs one process, but TorchElasticEnvironment started 2" in (
+        message
+    )
+    assert "each of them trains on its own as global rank 0" in message
+    assert "Hint: use devices='auto' (or devices=2)" in message
+    assert "TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS=torchelastic" in message
+
+
+def test_devices_auto_under_a_launcher_joins_its_processes_without_a_warning(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name, value in _TORCHRUN_TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    reset_warned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolution = resolve(accelerator="cpu")
+    assert isinstance(resolution.strategy, DDPStrategy) and resolution.strategy.world_size == 2
+
+
+def test_a_strategy_made_for_a_device_of_another_accelerator_is_refused() -> None:
+    with pytest.raises(
+        torchplug.MisconfigurationError,
+        match=r"strategy=SingleDeviceStrategy was made for device 'cuda:0', which is not a device of CPUAccelerator "
+        r"\(its devices here: cpu\)\. Hint: ",
+    ):
+        resolve(accelerator="cpu", strategy=SingleDeviceStrategy(device="cuda:0"))
+
+
+@pytest.mark.parametrize(
+    ("strategy", "devices", "message"),
+    [
+        (SingleDeviceStrategy(device="cpu"), 2, "by strategy=SingleDeviceStrategy, made for cpu, and by devices=2"),
+        (
+            DDPStrategy(parallel_devices=[CPU] * 3),
+            2,
+            "by strategy=DDPStrategy, made for cpu, cpu, cpu, and by devices=2",
+        ),
+    ],
+    ids=["single-device", "ddp"],
+)
+def test_devices_that_contradict_the_strategys_own_are_refused(strategy: object, devices: int, message: str) -> None:
+    with pytest.raises(torchplug.MisconfigurationError, match=r"^The devices are set twice: ") as info:
+        resolve(accelerator="cpu", strategy=strategy, devices=devices)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
+def test_the_strategys_own_devices_are_the_ones_counted_and_described() -> None:
+    resolution = resolve(accelerator="cpu", strategy=DDPStrategy(parallel_devices=[CPU] * 3))
+    assert resolution.num_devices == resolution.strategy.num_processes == 3
+    assert "devices              cpu, cpu, cpu  (given by the strategy instance)" in resolution.describe()
+
+
+class _PrefersMissingIO(CPUAccelerator):
+    """The CPU, asking for a checkpoint IO that no installed package provides."""
+
+    default_checkpoint_io = "xla"
+
+
+def test_the_fallback_from_an_accelerators_missing_checkpoint_io_is_warned_about() -> None:
+    reset_warned()
+    with pytest.warns(UserWarning, match="Checkpoints are written with") as record:
+        resolution = resolve(accelerator=_PrefersMissingIO(), host=PluginHost(PluginSettings(autoload=False)))
+    assert isinstance(resolution.strategy.checkpoint_io, TorchCheckpointIO)
+    assert [str(w.message) for w in record] == [
+        "Checkpoints are written with the core's 'torch' checkpoint IO: _PrefersMissingIO prefers the checkpoint "
+        "IO 'xla', which is not installed. Hint: pip install io-xla"
+    ]
+
+
+def test_no_fallback_is_warned_about_when_a_checkpoint_io_is_given() -> None:
+    reset_warned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        resolve(accelerator=_PrefersMissingIO(), plugins=["torch"], host=PluginHost(PluginSettings(autoload=False)))
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        (
+            {"plugins": ["ddp"]},
+            "plugins=['ddp'] is not valid: 'ddp' is a registered strategy, and plugins= takes precisions, checkpoint "
+            "IOs and cluster environments. Hint: Trainer(strategy='ddp').",
+        ),
+        ({"plugins": ["cpu"]}, "'cpu' is a registered accelerator, and plugins= takes"),
+        (
+            {"plugins": [DDPStrategy()]},
+            "it is a Strategy, and plugins= takes precisions, checkpoint IOs and cluster "
+            "environments. Hint: Trainer(strategy=DDPStrategy(...)).",
+        ),
+        ({"plugins": [CPUAccelerator()]}, "Hint: Trainer(accelerator=CPUAccelerator(...))."),
+        (
+            {"precision": True},
+            "precision=True has type bool; give a registered name or alias ('bf16-mixed', '16-mixed', '32-true', 16, "
+            "32, 64...) or a Precision instance. Hint: ",
+        ),
+        ({"precision": 16.0}, "precision=16.0 has type float"),
+        (
+            {"precision": "bf16-mixed", "strategy": SingleDeviceStrategy(precision=MixedPrecision("16-mixed"))},
+            "The precision is set more than once: precision='bf16-mixed', strategy=SingleDeviceStrategy(precision="
+            "MixedPrecision(precision='16-mixed', device_type=None)). Choose one. Hint: ",
+        ),
+    ],
+    ids=["strategy-name", "accelerator-name", "strategy-instance", "accelerator-instance", "bool", "float", "twice"],
+)
+def test_arguments_given_in_the_wrong_place_or_type_say_where_they_belong(
+    kwargs: dict[str, object], message: str
+) -> None:
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        resolve(**kwargs)  # type: ignore[arg-type]
+    assert message in str(info.value)
+
+
+def test_devices_that_contradict_the_processes_a_launcher_started_are_refused_when_the_trainer_is_made(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    for name, value in _TORCHRUN_TWO_PROCESSES.items():
+        monkeypatch.setenv(name, value)
+    with pytest.raises(
+        torchplug.MisconfigurationError,
+        match=r"You set `devices=3`, but torchrun started 2 processes per node \(`--nproc_per_node=2`, "
+        r"LOCAL_WORLD_SIZE=2\)\. Hint: ",
+    ):
+        resolve(accelerator="cpu", devices=3)  # refused at fit() before, when the launcher started

@@ -83,6 +83,12 @@ class IPUStrategy(SingleDeviceStrategy):
         self._device_ahead = False  # the training model's weights are newer than the host's
         self._pushed: list[dict[str, Any]] | None = None  # optimizer settings the training model has
 
+    @property
+    @override
+    def own_devices(self) -> list[torch.device] | None:
+        """None: the IPUs are the Trainer's ``devices=``; the host device (the CPU) is not a choice of the user."""
+        return None
+
     # -- one process (the rank properties and collectives of SingleDeviceStrategy) -------------------
 
     @property

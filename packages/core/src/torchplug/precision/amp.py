@@ -55,16 +55,33 @@ class MixedPrecision(Precision):
             GPU to autocast work that runs on the CPU.
         scaler: A ``torch.amp.GradScaler`` to use instead of a default one (for example with
             another ``init_scale``); ``16-mixed`` only.
+        device: Lightning's name for ``device_type`` (``MixedPrecision("16-mixed", device="cuda")``).
 
     Raises:
-        MisconfigurationError: ``precision`` is another value, or a scaler was given for ``bf16-mixed``.
+        MisconfigurationError: ``precision`` is another value, a scaler was given for
+            ``bf16-mixed``, ``device_type`` is not a device type torch can autocast on
+            (``torch.amp.is_autocast_available``), or both ``device_type`` and ``device`` are given.
     """
 
     name: ClassVar[str] = "16-mixed"
 
     def __init__(
-        self, precision: str = "16-mixed", device_type: str | None = None, scaler: GradScaler | None = None
+        self,
+        precision: str = "16-mixed",
+        device_type: str | None = None,
+        scaler: GradScaler | None = None,
+        *,
+        device: str | None = None,
     ) -> None:
+        if device is not None:
+            if device_type is not None:
+                raise MisconfigurationError(
+                    f"device_type={device_type!r} and device={device!r} both name the autocast device type. "
+                    "Hint: give only device_type= (device is Lightning's name for it)."
+                )
+            device_type = device
+        if device_type is not None:
+            _check_autocast_device_type(device_type)
         dtype = _DTYPES.get(precision)
         if dtype is None:
             raise MisconfigurationError(
@@ -249,6 +266,20 @@ class MixedPrecision(Precision):
     @override
     def __repr__(self) -> str:
         return f"{type(self).__name__}(precision={self.precision!r}, device_type={self._device_type!r})"
+
+
+def _check_autocast_device_type(device_type: object) -> None:
+    """Refuse a ``device_type`` that ``torch.autocast`` would refuse only at the first step."""
+    try:
+        available = isinstance(device_type, str) and torch.amp.is_autocast_available(device_type)
+    except RuntimeError:  # not a device type at all ("cdua")
+        available = False
+    if not available:
+        raise MisconfigurationError(
+            f"device_type={device_type!r} is not valid: torch cannot autocast on it "
+            f"(torch.amp.is_autocast_available({device_type!r}) is not True). Hint: give the type of the device the "
+            "model computes on, such as 'cuda' or 'cpu', or leave device_type=None to take the accelerator's."
+        )
 
 
 def _new_scaler(device_type: str) -> GradScaler:

@@ -12,14 +12,14 @@ another number of processes, DDP, one process (``Module.load_from_checkpoint`` r
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Generator, Mapping
 from datetime import timedelta
 from typing import Any, Final
 
 import torch
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
-from typing_extensions import TypeIs, override
+from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.accelerators.accelerator import Accelerator
@@ -27,14 +27,14 @@ from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies import _checkpoint_state
+from torchplug.strategies._fsdp_arguments import WrapPolicy, check_bool, check_dtype, offload_policy, wrap_decider
+from torchplug.strategies._fsdp_arguments import lightning_options as lightning_options_of
 from torchplug.strategies.ddp import DDPStrategy
+from torchplug.utilities.warn import warn_once
 
 __all__ = ["FSDPStrategy"]
 
 _STATE_DICT_TYPES: Final = ("full", "sharded")
-
-#: What ``auto_wrap_policy`` accepts: module classes to shard on their own, or a ``module -> bool`` function.
-WrapPolicy = Iterable[type[torch.nn.Module]] | Callable[[torch.nn.Module], bool]
 
 
 def _call_as_forward(module: torch.nn.Module, method: str, *args: Any, **kwargs: Any) -> Any:
@@ -66,21 +66,20 @@ def _call_as_forward(module: torch.nn.Module, method: str, *args: Any, **kwargs:
 _NOTHING: Final = object()
 
 
-def _lists_classes(policy: WrapPolicy) -> TypeIs[Iterable[type[torch.nn.Module]]]:
-    """Whether a wrap policy is a collection of module classes (else it is a ``module -> bool`` function)."""
-    return isinstance(policy, (set, frozenset, list, tuple)) or not callable(policy)
-
-
 class FSDPStrategy(DDPStrategy):
     """Shard parameters, gradients and optimizer state over every process (``torch.distributed.fsdp.fully_shard``).
 
     Args:
         auto_wrap_policy: Which submodules become their own shard unit (gathered one at a time,
             which lowers peak memory): a set of module classes (for example your transformer block
-            class), or a function ``module -> bool``. None shards the whole model as one unit.
-        cpu_offload: Keep parameters, gradients and optimizer state on the CPU between uses.
+            class), or a function ``module -> bool``; FSDP1's policies (``ModuleWrapPolicy``,
+            ``functools.partial(transformer_auto_wrap_policy, ...)``), as Lightning takes them, work
+            too. None shards the whole model as one unit; a policy that selects no submodule does
+            the same, with a warning.
+        cpu_offload: Keep parameters, gradients and optimizer state on the CPU between uses
+            (True or False; a ``CPUOffloadPolicy``, or FSDP1's ``CPUOffload``, is taken as well).
         reshard_after_forward: Free gathered parameters after forward (saves memory, costs a
-            second gather in backward).
+            second gather in backward). Default True.
         param_dtype: Compute dtype of the gathered parameters (FSDP's own mixed precision); None
             keeps the parameters' dtype. Independent of the precision plugin's autocast.
         reduce_dtype: Dtype of the gradient reduction; None keeps the gradients' dtype.
@@ -92,13 +91,23 @@ class FSDPStrategy(DDPStrategy):
             state are in it, and it resumes on any number of processes.
         start_method, accelerator, precision, checkpoint_io, cluster_environment, parallel_devices,
             process_group_backend, timeout: As for :class:`DDPStrategy`.
+        **lightning_options: Lightning's ``FSDPStrategy`` arguments: ``sharding_strategy``
+            (``"FULL_SHARD"`` or ``"SHARD_GRAD_OP"``, that is ``reshard_after_forward`` True or
+            False), ``mixed_precision`` (its ``param_dtype`` and ``reduce_dtype``),
+            ``use_orig_params=True`` (what FSDP2 always does), ``precision_plugin``. The others are
+            refused, each with what to do instead.
+
+    Raises:
+        MisconfigurationError: An argument of the wrong type (``cpu_offload="no"`` would be
+            true), an unknown ``state_dict_type``, an unknown or unsupported keyword (with the
+            closest name), conflicting arguments; and those of :class:`DDPStrategy`.
     """
 
     def __init__(
         self,
         auto_wrap_policy: WrapPolicy | None = None,
-        cpu_offload: bool = False,
-        reshard_after_forward: bool = True,
+        cpu_offload: bool | OffloadPolicy = False,
+        reshard_after_forward: bool | int | None = None,
         param_dtype: torch.dtype | None = None,
         reduce_dtype: torch.dtype | None = None,
         state_dict_type: str = "full",
@@ -109,13 +118,25 @@ class FSDPStrategy(DDPStrategy):
         cluster_environment: ClusterEnvironment | None = None,
         parallel_devices: list[torch.device] | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta | None = None,
+        timeout: timedelta | float | None = None,
+        **lightning_options: Any,
     ) -> None:
+        translated = lightning_options_of(lightning_options, reshard_after_forward)
+        given = {"param_dtype": param_dtype, "reduce_dtype": reduce_dtype, "precision": precision}
+        for name in set(translated) & {name for name, value in given.items() if value is not None}:
+            raise MisconfigurationError(
+                f"FSDPStrategy({name}=...) is set twice, directly and through Lightning's "
+                f"{'precision_plugin' if name == 'precision' else 'mixed_precision'}=. Hint: give it once."
+            )
+        if reshard_after_forward is None:
+            reshard_after_forward = translated.get("reshard_after_forward", True)
+        elif isinstance(reshard_after_forward, bool) or not isinstance(reshard_after_forward, int):
+            check_bool("reshard_after_forward", reshard_after_forward)
         super().__init__(
             start_method,
             False,
             accelerator,
-            precision,
+            translated.get("precision", precision),
             checkpoint_io,
             cluster_environment,
             parallel_devices,
@@ -123,9 +144,14 @@ class FSDPStrategy(DDPStrategy):
             timeout,
         )
         self.auto_wrap_policy = auto_wrap_policy
-        self.cpu_offload = cpu_offload
+        self._wraps = wrap_decider(auto_wrap_policy)
+        self._offload_policy = offload_policy(cpu_offload)
+        self.cpu_offload = self._offload_policy is not None
         self.reshard_after_forward = reshard_after_forward
-        self.mp_policy = MixedPrecisionPolicy(param_dtype=param_dtype, reduce_dtype=reduce_dtype)
+        self.mp_policy = MixedPrecisionPolicy(
+            param_dtype=check_dtype("param_dtype", translated.get("param_dtype", param_dtype)),
+            reduce_dtype=check_dtype("reduce_dtype", translated.get("reduce_dtype", reduce_dtype)),
+        )
         if state_dict_type not in _STATE_DICT_TYPES:
             raise MisconfigurationError(
                 f"FSDPStrategy(state_dict_type={state_dict_type!r}): choose 'full' (one file gathered on rank 0) "
@@ -165,28 +191,30 @@ class FSDPStrategy(DDPStrategy):
             )
         super().configure_launcher()
 
-    def _wraps(self, module: torch.nn.Module) -> bool:
-        policy = self.auto_wrap_policy
-        if policy is None:
-            return False
-        if _lists_classes(policy):
-            return isinstance(module, tuple(policy))
-        return bool(policy(module))
-
     @override
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Shard the submodules the wrap policy selects, then the whole module."""
+        """Shard the submodules the wrap policy selects, then the whole module (warned when it selects none)."""
         mesh = init_device_mesh(self.root_device.type, (self.world_size,))
         options: dict[str, Any] = {
             "mesh": mesh,
             "reshard_after_forward": self.reshard_after_forward,
             "mp_policy": self.mp_policy,
         }
-        if self.cpu_offload:
-            options["offload_policy"] = CPUOffloadPolicy()
-        for child in reversed(list(module.modules())):  # innermost first, as fully_shard requires
-            if child is not module and self._wraps(child) and not isinstance(child, FSDPModule):
-                fully_shard(child, **options)
+        if self._offload_policy is not None:
+            options["offload_policy"] = self._offload_policy
+        wraps, selected = self._wraps, 0
+        if wraps is not None:
+            for child in reversed(list(module.modules())):  # innermost first, as fully_shard requires
+                if child is not module and not isinstance(child, FSDPModule) and wraps(child):
+                    fully_shard(child, **options)
+                    selected += 1
+            if not selected:
+                warn_once(
+                    f"FSDPStrategy(auto_wrap_policy={self.auto_wrap_policy!r}) selected no submodule of "
+                    f"{type(module).__name__}: the whole model is one shard unit, gathered at once in every forward "
+                    "(as with auto_wrap_policy=None). Hint: name the classes of the model's repeated blocks, as in "
+                    "auto_wrap_policy={MyTransformerBlock}."
+                )
         fully_shard(module, **options)
         return module
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import difflib
+import math
 from datetime import timedelta
 from typing import Any, ClassVar, TypeVar
 
@@ -9,6 +11,7 @@ import torch
 import torch.distributed as dist
 from typing_extensions import override
 
+from torchplug._errors import MisconfigurationError
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
@@ -29,9 +32,18 @@ class ParallelStrategy(Strategy):
     Args:
         accelerator, precision, checkpoint_io, cluster_environment: As for :class:`Strategy`.
         parallel_devices: The devices of this node's processes (by default from ``devices=``).
-        process_group_backend: ``"gloo"``, ``"nccl"``...; by default the accelerator's.
-        timeout: How long a collective may wait for the other processes before failing (default:
-            ``TORCHPLUG_COLLECTIVE_TIMEOUT`` seconds, 600 unless set; torch's own default is 30 minutes).
+        process_group_backend: ``"gloo"``, ``"nccl"``... (or torch's per-device form,
+            ``"cpu:gloo,cuda:nccl"``); by default the accelerator's. A backend torch knows but this
+            build lacks (``"nccl"`` on a CPU build), or a misspelt one (``"ncl"``), is refused here,
+            not when the processes meet; a backend a vendor library registers later (``"hccl"``) is
+            taken as given.
+        timeout: How long a collective may wait for the other processes before failing: a
+            ``timedelta``, or a number of seconds (default: ``TORCHPLUG_COLLECTIVE_TIMEOUT`` seconds,
+            600 unless set; torch's own default is 30 minutes).
+
+    Raises:
+        MisconfigurationError: ``process_group_backend`` or ``timeout`` is not valid; the message
+            says why, with a hint.
     """
 
     is_distributed: ClassVar[bool] = True
@@ -44,12 +56,12 @@ class ParallelStrategy(Strategy):
         cluster_environment: ClusterEnvironment | None = None,
         parallel_devices: list[torch.device] | None = None,
         process_group_backend: str | None = None,
-        timeout: timedelta | None = None,
+        timeout: timedelta | float | None = None,
     ) -> None:
         super().__init__(accelerator, precision, checkpoint_io, cluster_environment)
         self.parallel_devices = parallel_devices
-        self.process_group_backend = process_group_backend
-        self.timeout = timeout
+        self.process_group_backend = _check_backend(process_group_backend)
+        self.timeout = _check_timeout(timeout)
 
     @property
     def num_processes(self) -> int:
@@ -100,6 +112,7 @@ class ParallelStrategy(Strategy):
         super().setup_environment()
         self.set_world_ranks()
         backend = self.process_group_backend or self.accelerator.process_group_backend
+        _require_known_backend(backend)
         timeout = self.timeout if self.timeout is not None else collective_timeout()
         init_process_group(self.cluster_environment, backend, timeout, self.num_processes)
 
@@ -166,3 +179,72 @@ class ParallelStrategy(Strategy):
             return decision
         count = self.reduce(torch.tensor(int(decision), device=self.root_device), reduce_op="sum")
         return bool(count == self.world_size) if all else bool(count > 0)
+
+
+def _check_backend(backend: object) -> str | None:
+    """``process_group_backend`` as given, refused at once when this torch build lacks a backend it names.
+
+    Each name of ``"gloo"`` or ``"cpu:gloo,cuda:nccl"`` that torch knows must be built in
+    (``torch.distributed.is_backend_available``). A name torch does not know yet is kept: a vendor
+    library may register it only when the processes start (``"hccl"``, ``"ccl"``); it is checked
+    in each process before the group is joined (:func:`_require_known_backend`).
+    """
+    if backend is None:
+        return None
+    if not isinstance(backend, str) or not backend.strip():
+        raise MisconfigurationError(
+            f"process_group_backend={backend!r} is not valid: give the name of a torch.distributed backend. "
+            "Hint: process_group_backend='gloo' (CPU) or 'nccl' (NVIDIA GPUs), or leave it None for the "
+            "accelerator's own."
+        )
+    for name in _backend_names(backend):
+        if name in dist.Backend.backend_list and not dist.is_backend_available(name):
+            raise MisconfigurationError(
+                f"process_group_backend={backend!r} is not valid: this torch build ({torch.__version__}) has no "
+                f"{name!r} backend (torch.distributed.is_backend_available({name!r}) is False). Hint: leave "
+                "process_group_backend=None for the accelerator's own, or install a torch build with it."
+            )
+    return backend
+
+
+def _backend_names(backend: str) -> list[str]:
+    """The backend names in ``"gloo"`` or torch's per-device form ``"cpu:gloo,cuda:nccl"``, lower case."""
+    return [part.rpartition(":")[2].strip().lower() for part in backend.split(",")]
+
+
+def _require_known_backend(backend: str) -> None:
+    """Refuse, before any process waits for another, a backend that torch still does not know.
+
+    By now the accelerator and the strategy have imported what registers a vendor's backend, so an
+    unknown name is a mistake; torch itself would fail only once every process has met, with
+    ``AssertionError: Unknown backend type``.
+    """
+    known = [name for name in dist.Backend.backend_list if name != "undefined"]
+    for name in _backend_names(backend):
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            raise MisconfigurationError(
+                f"process_group_backend={backend!r} is not valid: torch.distributed has no backend {name!r} "
+                f"(known here: {', '.join(known)}). Hint: "
+                + (f"did you mean {close[0]!r}? " if close else "")
+                + "Leave process_group_backend=None for the accelerator's own, or import the library that "
+                "registers the backend (torch.distributed.Backend.register_backend) before the Trainer runs."
+            )
+
+
+def _check_timeout(timeout: object) -> timedelta | None:
+    """``timeout`` as a ``timedelta``: one given, or a number of seconds; None stays None (the default)."""
+    if timeout is None:
+        return None
+    if isinstance(timeout, timedelta):
+        seconds = timeout.total_seconds()
+    elif isinstance(timeout, (int, float)) and not isinstance(timeout, bool):
+        seconds = float(timeout)
+    else:
+        seconds = math.nan
+    if not 0 < seconds < math.inf:
+        raise MisconfigurationError(
+            f"timeout={timeout!r} is not valid: give how long a collective may wait, as a positive number of "
+            "seconds or a datetime.timedelta. Hint: timeout=timedelta(minutes=30) or timeout=1800."
+        )
+    return timeout if isinstance(timeout, timedelta) else timedelta(seconds=seconds)

@@ -46,6 +46,12 @@ class SingleDeviceStrategy(Strategy):
 
     @property
     @override
+    def own_devices(self) -> list[torch.device] | None:
+        """``[device]`` when one was given to the constructor, else None (the Trainer's ``devices=`` decide)."""
+        return [self._device] if self._device is not None else None
+
+    @property
+    @override
     def is_global_zero(self) -> bool:
         """Always True: this is the only process."""
         return True

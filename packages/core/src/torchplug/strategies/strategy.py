@@ -113,6 +113,15 @@ class Strategy(ABC):
         self._checkpoint_io = io
 
     @property
+    def own_devices(self) -> list[torch.device] | None:
+        """The devices this strategy was constructed with; None when it takes the Trainer's ``devices=``.
+
+        The Trainer asks it before :meth:`attach`: such devices win over ``devices=`` (a
+        different ``devices=`` is warned about), and must be devices of the accelerator.
+        """
+        return self.parallel_devices
+
+    @property
     def default_checkpoint_io(self) -> str | None:
         """The checkpoint IO (a registry name) this strategy needs unless one is given; None: the accelerator's choice.
 

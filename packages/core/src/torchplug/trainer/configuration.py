@@ -9,6 +9,7 @@ from torchplug.core.module import Module
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug.utilities.warn import warn_once
 
 if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
@@ -74,10 +75,27 @@ def apply_benchmark(benchmark: bool | None, deterministic: bool | str | None, ac
         )
 
 
-def convert_sync_batchnorm(module: Module) -> None:
-    """``Trainer(sync_batchnorm=True)``: every BatchNorm layer of ``module`` becomes a SyncBatchNorm, in place."""
+def convert_sync_batchnorm(module: Module, world_size: int = 1) -> None:
+    """``Trainer(sync_batchnorm=True)``: every BatchNorm layer of ``module`` becomes a SyncBatchNorm, in place.
+
+    Said once (it changes nothing, as in Lightning, where it is silent) when the module has no
+    BatchNorm layer, or when the run has one process (``world_size=1``), which has no other
+    process to share statistics with.
+    """
     import torch
 
+    if not any(isinstance(m, torch.nn.modules.batchnorm._BatchNorm) for m in module.modules()):
+        warn_once(
+            f"sync_batchnorm=True, but {type(module).__name__} has no BatchNorm layer: there is nothing to "
+            "synchronise. Hint: drop sync_batchnorm=True."
+        )
+        return
+    if world_size == 1:
+        warn_once(
+            "sync_batchnorm=True with one process (world size 1): there is no other process to share batch "
+            "statistics with, so the layers compute as BatchNorm does. Hint: drop it, or train on several devices "
+            "(devices=N with a parallel strategy)."
+        )
     for name, child in list(module.named_children()):
         converted = torch.nn.SyncBatchNorm.convert_sync_batchnorm(child)
         if converted is not child:

@@ -24,6 +24,7 @@ from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
 from torchplug.utilities.devices import check_device_count
+from torchplug.utilities.warn import warn_once
 
 __all__ = [
     "AcceleratorArg",
@@ -55,6 +56,9 @@ _PLUGIN_BASES: Final[dict[str, type]] = {
     "checkpoint_io": CheckpointIO,
     "cluster_environment": ClusterEnvironment,
 }
+
+#: The Trainer arguments that take the other registered kinds, for the hint when one is given in ``plugins=``.
+_OTHER_ARGUMENTS: Final = ("strategy", "accelerator", "logger")
 
 _T = TypeVar("_T")
 
@@ -90,6 +94,11 @@ class Resolution:
     def as_dicts(self) -> list[dict[str, Any]]:
         """The decision trace as JSON-ready data (``details``: the alternatives that lost, and why)."""
         return [{"what": d.what, "value": d.value, "why": d.why, "details": list(d.details)} for d in self.trace]
+
+
+def _positions(devices: Sequence[Any]) -> list[tuple[str, int]]:
+    """``(type, index)`` of each device, a device without an index counting as index 0."""
+    return [(d.type, d.index or 0) for d in devices]
 
 
 def _interactive() -> bool:
@@ -136,7 +145,7 @@ class _Resolver:
             if kind in found:
                 raise MisconfigurationError(
                     f"plugins= holds two {kind.replace('_', ' ')} plugins: {found[kind]!r} and {value!r}. "
-                    "Give at most one of each kind."
+                    "Give at most one of each kind. Hint: keep the one you mean, and remove the other."
                 )
             found[kind] = value
         return found
@@ -156,11 +165,23 @@ class _Resolver:
                 raise MisconfigurationError(
                     f"plugins=[{item!r}] is a name of several kinds ({', '.join(kinds)}); pass an instance instead."
                 )
+            for argument in _OTHER_ARGUMENTS:
+                if key in self.host.registry(argument):
+                    raise MisconfigurationError(
+                        f"plugins=[{item!r}] is not valid: {item!r} is a registered {argument}, and plugins= takes "
+                        f"precisions, checkpoint IOs and cluster environments. Hint: Trainer({argument}={item!r})."
+                    )
             names = sorted({n for k in _PLUGIN_BASES for n in self.host.registry(k).names()})
             raise MisconfigurationError(
                 f"plugins=[{item!r}] is not a registered precision, checkpoint IO or cluster environment. "
                 f"Installed: {', '.join(names)}. Hint: core plugins list"
             )
+        for argument, base in (("strategy", Strategy), ("accelerator", Accelerator)):
+            if isinstance(item, base):
+                raise MisconfigurationError(
+                    f"plugins=[{item!r}] is not valid: it is a {base.__name__}, and plugins= takes precisions, "
+                    f"checkpoint IOs and cluster environments. Hint: Trainer({argument}={_label(item)}(...))."
+                )
         raise MisconfigurationError(
             f"plugins=[{item!r}] has type {type(item).__name__}; expected a Precision, CheckpointIO or "
             "ClusterEnvironment instance, or one of their registered names."
@@ -267,6 +288,38 @@ class _Resolver:
         self.note("devices", ", ".join(str(d) for d in parallel), why)
         return parallel
 
+    def strategy_devices(
+        self, strategy: object, accelerator: Accelerator, devices: object, parallel: list[Any]
+    ) -> list[Any]:
+        """The devices a strategy instance was constructed with, checked here rather than when the run starts.
+
+        Each must be a device of the accelerator (of the type its ``get_parallel_devices`` gives;
+        its index is checked after :meth:`Strategy.attach`, see :func:`_check_own_device_ids`).
+        ``devices=`` may be ``"auto"``, their number, or their ids; other devices would be ignored
+        (as Lightning ignores them): that is an error naming both.
+        """
+        own = strategy.own_devices if isinstance(strategy, Strategy) else None
+        if not own:
+            return parallel
+        label, shown = f"strategy={_label(strategy)}", ", ".join(str(d) for d in own)
+        foreign = [d for d in own if d.type not in {p.type for p in parallel}]
+        if foreign:
+            raise MisconfigurationError(
+                f"{label} was made for device {str(foreign[0])!r}, which is not a device of {_label(accelerator)} "
+                f"(its devices here: {', '.join(str(p) for p in parallel)}). Hint: give the strategy one of those, "
+                f"or choose the accelerator of {foreign[0].type!r} devices."
+            )
+        names_ids = isinstance(devices, (list, tuple)) or (isinstance(devices, str) and "," in devices)
+        if devices != "auto" and (len(own) != len(parallel) or (names_ids and _positions(own) != _positions(parallel))):
+            raise MisconfigurationError(
+                f"The devices are set twice: by {label}, made for {shown}, and by devices={devices!r}, which selects "
+                f"{', '.join(str(p) for p in parallel)}. Choose one. Hint: leave devices='auto' when the strategy "
+                "names its devices, or make the strategy without them."
+            )
+        self.trace[:] = [d for d in self.trace if d.what != "devices"]
+        self.note("devices", shown, "given by the strategy instance")
+        return list(own)
+
     # -- cluster environment --------------------------------------------------------------------
 
     def environment(self, plugin: object, strategy: object) -> ClusterEnvironment:
@@ -319,13 +372,25 @@ class _Resolver:
     # -- precision ------------------------------------------------------------------------------
 
     def precision(self, value: object, plugin: object, strategy: Strategy, accelerator: Accelerator) -> Precision:
-        given = [g for g in (value, plugin, strategy.precision) if g is not None]
+        sources = (
+            (f"precision={value!r}", value),
+            (f"plugins=[{plugin!r}]", plugin),
+            (f"strategy={_label(strategy)}(precision={strategy.precision!r})", strategy.precision),
+        )
+        given = [g for _, g in sources if g is not None]
         if len(given) > 1:
             raise MisconfigurationError(
-                f"The precision is set more than once: precision={value!r}, plugins=[{plugin!r}], "
-                f"strategy precision={strategy.precision!r}. Choose one."
+                "The precision is set more than once: "
+                + ", ".join(label for label, g in sources if g is not None)
+                + ". Choose one. Hint: keep precision= alone (a name or a Precision instance)."
             )
         chosen = given[0] if given else accelerator.default_precision
+        if isinstance(chosen, bool) or not isinstance(chosen, (str, int, type, Precision)):
+            raise MisconfigurationError(
+                f"precision={chosen!r} has type {type(chosen).__name__}; give a registered name or alias "
+                "('bf16-mixed', '16-mixed', '32-true', 16, 32, 64...) or a Precision instance. Hint: core plugins list "
+                "--kind precision"
+            )
         if isinstance(chosen, Precision):
             self.note("precision", _label(chosen), "given as an instance")
             return chosen
@@ -362,14 +427,13 @@ class _Resolver:
         registry = self.host.registry("checkpoint_io")
         default_name = strategy.default_checkpoint_io or accelerator.default_checkpoint_io or "torch"
         default_of = _label(strategy) if strategy.default_checkpoint_io else _label(accelerator)
+        fallback: str | None = None  # why the core's IO stands in for the preferred one, said once it is used
         if default_name not in registry:
             hint = INSTALL_HINTS["checkpoint_io"].get(default_name)
-            self.note(
-                "checkpoint_io (default)",
-                "torch",
-                f"{default_of} prefers {default_name!r}, which is not installed"
-                + (f"; Hint: pip install {hint}" if hint else ""),
+            fallback = f"{default_of} prefers the checkpoint IO {default_name!r}, which is not installed" + (
+                f". Hint: pip install {hint}" if hint else ""
             )
+            self.note("checkpoint_io (default)", "torch", fallback)
             default_name = "torch"
         default: RegistryEntry[CheckpointIO] | None = None  # looked up only when needed, then kept
         if strategy.has_checkpoint_io:
@@ -385,6 +449,10 @@ class _Resolver:
         if isinstance(io, _WrappingIO) and io.checkpoint_io is None:  # a wrapper with nothing inside
             io.checkpoint_io = _create(default or registry.resolve(default_name))
             self.note("checkpoint_io (wrapped)", default_name, f"default of {default_of}")
+        elif default is None:
+            fallback = None  # the IO given is used, not the default
+        if fallback is not None:
+            warn_once(f"Checkpoints are written with the core's 'torch' checkpoint IO: {fallback}")
         return io
 
 
@@ -416,11 +484,13 @@ def resolve(
     accel = resolver.accelerator(accelerator, given_strategy)
     environment = resolver.environment(extra.get("cluster_environment"), given_strategy)
     parallel = resolver.devices(accel, devices, environment)
+    parallel = resolver.strategy_devices(given_strategy, accel, devices, parallel)
     num_devices = len(parallel)
     strat = resolver.strategy(given_strategy, accel, num_devices, num_nodes)
     chosen_precision = resolver.precision(precision, extra.get("precision"), strat, accel)
     io = resolver.checkpoint_io(extra.get("checkpoint_io"), strat, accel)
     _check_strategy(strat, strat.accelerator or accel, num_devices, num_nodes)
+    _check_external_processes(strat, environment, num_devices, num_nodes, resolver.host.registry("cluster_environment"))
     strat.attach(
         accelerator=accel,
         precision=chosen_precision,
@@ -429,6 +499,7 @@ def resolve(
         parallel_devices=parallel,
         num_nodes=num_nodes,
     )
+    _check_own_device_ids(given_strategy, strat.accelerator or accel)
     if strat.launcher is not None and _interactive() and not strat.launcher.is_interactive_compatible:
         raise MisconfigurationError(
             f"strategy={_label(strat)} re-launches the script, which is impossible in a notebook or REPL. "
@@ -443,3 +514,69 @@ def _check_strategy(strategy: Strategy, accelerator: Accelerator, num_devices: i
             f"strategy={_label(strategy)} runs one process, but devices={num_devices} and num_nodes={num_nodes} ask "
             f"for more. Hint: use strategy={accelerator.parallel_strategy!r} (or 'auto'), or devices=1."
         )
+
+
+def _check_own_device_ids(strategy: object, accelerator: Accelerator) -> None:
+    """Refuse a strategy made for a device id beyond ``accelerator.auto_device_count()`` (asked after ``attach``).
+
+    After ``attach``, so that a strategy's own check of its devices (in ``configure_launcher``) speaks first.
+    """
+    own = strategy.own_devices if isinstance(strategy, Strategy) else None
+    if not own or accelerator.devices_are_processes:
+        return
+    count = int(accelerator.auto_device_count())
+    beyond = [d for d in own if (d.index or 0) >= count]
+    if beyond:
+        raise MisconfigurationError(
+            f"strategy={_label(strategy)} was made for device {str(beyond[0])!r}, but "
+            f"{_label(accelerator)}.auto_device_count() reports {count} on this machine. Hint: give the strategy a "
+            f"device index from 0 to {count - 1}."
+        )
+
+
+def _check_external_processes(
+    strategy: Strategy,
+    environment: ClusterEnvironment,
+    num_devices: int,
+    num_nodes: int,
+    registry: Registry[ClusterEnvironment],
+) -> None:
+    """Check ``devices=``/``num_nodes=`` against the processes a launcher or scheduler already started.
+
+    A distributed strategy: the environment's ``validate_settings`` (``devices=4`` under
+    ``--ntasks-per-node=2``), now rather than when ``fit`` starts. A one-process strategy under
+    ``srun -n 2`` or ``torchrun --nproc-per-node 2`` (``devices=1``) makes every process a world
+    of one: each trains alone as global rank 0, on the same data, writing the same checkpoint and
+    log files. Lightning runs that without a word; it is warned about here, with the processes the
+    launcher started and the two ways out.
+    """
+    if not environment.creates_processes_externally:
+        return
+    if strategy.is_distributed:
+        environment.validate_settings(num_devices, num_nodes)
+        return
+    started = environment.world_size()
+    if started <= 1:
+        return
+    per_node = environment.processes_per_node()
+    warn_once(
+        f"devices={num_devices} with strategy={_label(strategy)} runs one process, but {_label(environment)} started "
+        f"{started} processes "
+        f"(world size {started}"
+        + (f", {per_node} on this node" if per_node else "")
+        + "): each of them trains on its own as global rank 0, on the same data, writing the same checkpoints "
+        "and logs. Hint: use devices='auto' (or devices="
+        + str(per_node or started)
+        + ") so that they train together, or, if the processes are meant to be independent runs, "
+        "TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS="
+        + _registered_name(registry, environment)
+        + " and a default_root_dir of their own."
+    )
+
+
+def _registered_name(registry: Registry[Any], obj: object) -> str:
+    """The registry name of ``obj``'s class, for hints (its class name when no loaded entry targets it)."""
+    for entry in registry.entries():
+        if entry.is_loaded and entry.load() is type(obj):
+            return entry.name
+    return _label(obj)

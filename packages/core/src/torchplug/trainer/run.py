@@ -155,7 +155,7 @@ class Runner:
             with strategy.tensor_init_context(), strategy.model_sharded_context():
                 configure()
         if trainer.sync_batchnorm:
-            convert_sync_batchnorm(trainer.module)
+            convert_sync_batchnorm(trainer.module, strategy.world_size)
 
     def teardown(self, stage: str) -> None:
         """Run the ``teardown`` hooks, flush the checkpoint writes and tear the strategy down, whatever fails."""
