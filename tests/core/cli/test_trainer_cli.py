@@ -359,7 +359,7 @@ BAD_CONFIGS = {
         "        patience: -3\n",
         [
             "--trainer.callbacks=torchplug.callbacks.EarlyStopping: EarlyStopping.__init__ raised "
-            "MisconfigurationError: EarlyStopping(patience=-3): give the number of checks to wait."
+            "MisconfigurationError: EarlyStopping(patience=-3) is not valid: give an int >= 0"
         ],
     ),
 }

@@ -24,6 +24,7 @@ __all__ = [
     "check_nonfinite_loss",
     "check_root_dir",
     "check_val_check_interval",
+    "warn_if_minimum_above_maximum",
 ]
 
 
@@ -170,4 +171,15 @@ def check_barebones(given: dict[str, Any]) -> None:
         raise MisconfigurationError(
             f"Trainer(barebones=True, {name}={value!r}): {feature} can cost speed, so barebones mode turns it off. "
             f"Hint: remove {name}=, or barebones=True."
+        )
+
+
+def warn_if_minimum_above_maximum(unit: str, minimum: int | None, maximum: int | None) -> None:
+    """``min_epochs``/``min_steps`` above the maximum given: the maximum ends training first, so say so."""
+    if minimum is not None and maximum is not None and maximum != -1 and minimum > maximum:
+        from torchplug.utilities.rank_zero import rank_zero_warn
+
+        rank_zero_warn(
+            f"min_{unit}={minimum} is more than max_{unit}={maximum}: training stops at max_{unit}, so min_{unit} "
+            f"has no effect. Hint: give min_{unit} <= max_{unit}."
         )

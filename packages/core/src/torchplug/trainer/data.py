@@ -43,6 +43,7 @@ __all__ = [
     "as_list",
     "batch_transfer",
     "check_iterable",
+    "data_sources",
     "limit_batches",
     "num_batches",
     "with_batch_indices",
@@ -386,6 +387,24 @@ def _data_hook(trainer: Trainer, name: str) -> Callable[..., Any] | None:
         return hook
     module = trainer.module
     return getattr(module, name) if is_overridden(module, name, Module) else None
+
+
+def data_sources(fn: str, name: str, loaders: Any, datamodule: DataModule | None) -> tuple[Any, DataModule | None]:
+    """The dataloaders and the DataModule of ``trainer.<fn>(...)``: a DataModule in ``name``'s place is the DataModule.
+
+    Raises:
+        MisconfigurationError: Dataloaders (or a second DataModule) given beside ``datamodule``: one
+            of the two would be silently ignored.
+    """
+    if loaders is not None and datamodule is not None:
+        raise MisconfigurationError(
+            f"trainer.{fn}({name}={type(loaders).__name__}, datamodule={type(datamodule).__name__}) gives two "
+            "sources of data, and one of them would be ignored. Hint: pass the dataloaders or the DataModule, not "
+            "both (a DataModule's dataloaders come from its *_dataloader() methods)."
+        )
+    if isinstance(loaders, DataModule):
+        return None, loaders
+    return loaders, datamodule
 
 
 def batch_transfer(trainer: Trainer, dataloader_idx: int) -> Callable[[Any], Any]:

@@ -216,6 +216,32 @@ class Runner:
                 trainer._signals.stop()
                 trainer._preemption.stop()
 
+    def default_weights(self, fn: TrainerFn) -> str | None:
+        """The weights ``validate``/``test``/``predict`` use when given neither a model nor ``ckpt_path``.
+
+        As in Lightning, the best checkpoint of the first ModelCheckpoint (``"best"``), with a warning
+        saying so; where none was saved, the weights in memory, as the last run left them, with a
+        warning too (Lightning raises there).
+        """
+        callback = self.trainer.checkpoint_callback
+        best = getattr(callback, "best_model_path", "") if callback is not None else ""
+        choose = (
+            f"Hint: pass ckpt_path='best', 'last' or a path to choose (and silence this), or the model to "
+            f"use its weights as they are: trainer.{fn.value}(model, ...)."
+        )
+        if best:
+            rank_zero_warn(
+                f"trainer.{fn.value}() was called without a model or ckpt_path: the best checkpoint of the "
+                f"previous fit is loaded ({best}), as in Lightning. {choose}"
+            )
+            return "best"
+        rank_zero_warn(
+            f"trainer.{fn.value}() was called without a model or ckpt_path, and no ModelCheckpoint saved a best "
+            f"checkpoint: the weights in memory, as the last run left them, are used (Lightning would load the best "
+            f"checkpoint, or raise). {choose}"
+        )
+        return None
+
     def evaluate(self, fn: TrainerFn, dataloaders: Any, ckpt_path: str | None, keep: bool, verbose: bool) -> Any:
         """The body of ``validate``/``test``/``predict`` on each process; returns their metrics or predictions."""
         trainer = self.trainer

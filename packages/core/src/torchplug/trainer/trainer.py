@@ -31,7 +31,7 @@ from torchplug.trainer.connector import (
     StrategyArg,
     resolve,
 )
-from torchplug.trainer.data import DataConnector
+from torchplug.trainer.data import DataConnector, data_sources
 from torchplug.trainer.evaluation_loop import EvaluationLoop, PredictionLoop
 from torchplug.trainer.fit_loop import FitLoop
 from torchplug.trainer.hooks import HookRunner
@@ -42,7 +42,6 @@ from torchplug.trainer.properties import TrainerProperties
 from torchplug.trainer.run import Runner
 from torchplug.trainer.signals import SignalStop
 from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState
-from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     import torch
@@ -191,8 +190,8 @@ class Trainer(TrainerProperties):
         self.max_epochs: int | None = 1 if dev else (epochs if epochs is not None or steps != -1 else 1000)
         self.min_epochs: int | None = check.check_int("min_epochs", min_epochs, 0, (None,))
         self.min_steps: int | None = check.check_int("min_steps", min_steps, 0, (None,))
-        _warn_if_minimum_above_maximum("epochs", self.min_epochs, epochs)
-        _warn_if_minimum_above_maximum("steps", self.min_steps, steps)
+        check.warn_if_minimum_above_maximum("epochs", self.min_epochs, epochs)
+        check.warn_if_minimum_above_maximum("steps", self.min_steps, steps)
         train, val, test, predict = (
             check.check_limit(f"limit_{stage}_batches", value)
             for stage, value in zip(("train", "val", "test", "predict"), (
@@ -271,11 +270,8 @@ class Trainer(TrainerProperties):
             ckpt_path: Resume from this checkpoint: a path or URL, ``"last"`` or ``"best"``. When None,
                 a cluster environment may supply one (a requeued SLURM job resumes by itself).
         """
-        if isinstance(train_dataloaders, DataModule):
-            _refuse_two_sources("fit", "train_dataloaders", train_dataloaders, datamodule)
-            datamodule, train_dataloaders = train_dataloaders, None
-        _refuse_two_sources("fit", "train_dataloaders", train_dataloaders, datamodule)
-        _refuse_two_sources("fit", "val_dataloaders", val_dataloaders, datamodule)
+        train_dataloaders, datamodule = data_sources("fit", "train_dataloaders", train_dataloaders, datamodule)
+        data_sources("fit", "val_dataloaders", val_dataloaders, datamodule)
         runner = self._runner
         runner.run(
             TrainerFn.FITTING,
@@ -359,32 +355,6 @@ class Trainer(TrainerProperties):
 
     # -- running ------------------------------------------------------------------------------------
 
-    def _default_weights(self, fn: TrainerFn) -> str | None:
-        """The weights ``validate``/``test``/``predict`` use when given neither a model nor ``ckpt_path``.
-
-        As in Lightning, the best checkpoint of the first ModelCheckpoint (``"best"``), with a warning
-        saying so; where none was saved, the weights in memory, as the last run left them, with a
-        warning too (Lightning raises there).
-        """
-        callback = self.checkpoint_callback
-        best = getattr(callback, "best_model_path", "") if callback is not None else ""
-        choose = (
-            f"Hint: pass ckpt_path='best', 'last' or a path to choose (and silence this), or the model to "
-            f"use its weights as they are: trainer.{fn.value}(model, ...)."
-        )
-        if best:
-            rank_zero_warn(
-                f"trainer.{fn.value}() was called without a model or ckpt_path: the best checkpoint of the "
-                f"previous fit is loaded ({best}), as in Lightning. {choose}"
-            )
-            return "best"
-        rank_zero_warn(
-            f"trainer.{fn.value}() was called without a model or ckpt_path, and no ModelCheckpoint saved a best "
-            f"checkpoint: the weights in memory, as the last run left them, are used (Lightning would load the best "
-            f"checkpoint, or raise). {choose}"
-        )
-        return None
-
     def _evaluate(
         self,
         fn: TrainerFn,
@@ -395,39 +365,12 @@ class Trainer(TrainerProperties):
         keep: bool = True,
         verbose: bool = False,
     ) -> Any:
-        if isinstance(dataloaders, DataModule):
-            _refuse_two_sources(fn.value, "dataloaders", dataloaders, datamodule)
-            datamodule, dataloaders = dataloaders, None
-        _refuse_two_sources(fn.value, "dataloaders", dataloaders, datamodule)
+        dataloaders, datamodule = data_sources(fn.value, "dataloaders", dataloaders, datamodule)
+        runner = self._runner
         if model is None and ckpt_path is None and self.module is not None:
-            ckpt_path = self._default_weights(fn)
+            ckpt_path = runner.default_weights(fn)
         model = model if model is not None else self.module
         if model is None:
             raise MisconfigurationError(f"trainer.{fn.value}() needs a model: trainer.{fn.value}(model, ...).")
-        runner = self._runner
         impl = functools.partial(runner.evaluate, fn, dataloaders, ckpt_path, keep, verbose)
         return runner.run(fn, model, datamodule or self.datamodule, impl)
-
-
-def _refuse_two_sources(fn: str, name: str, loaders: Any, datamodule: DataModule | None) -> None:
-    """Refuse dataloaders given beside a DataModule: one of the two would be silently ignored.
-
-    Raises:
-        MisconfigurationError: Both ``name`` and ``datamodule`` were given.
-    """
-    if loaders is None or datamodule is None:
-        return
-    raise MisconfigurationError(
-        f"trainer.{fn}({name}={type(loaders).__name__}, datamodule={type(datamodule).__name__}) gives two sources "
-        f"of data, and one of them would be ignored. Hint: pass the dataloaders or the DataModule, not both (a "
-        f"DataModule's dataloaders come from its *_dataloader() methods)."
-    )
-
-
-def _warn_if_minimum_above_maximum(unit: str, minimum: int | None, maximum: int | None) -> None:
-    """``min_epochs``/``min_steps`` above the maximum given: the maximum ends training first, so say so."""
-    if minimum is not None and maximum is not None and maximum != -1 and minimum > maximum:
-        rank_zero_warn(
-            f"min_{unit}={minimum} is more than max_{unit}={maximum}: training stops at max_{unit}, so min_{unit} "
-            f"has no effect. Hint: give min_{unit} <= max_{unit}."
-        )
