@@ -5,6 +5,9 @@ The tests set ``rank_zero_only.rank`` as the Trainer does once the ranks are kno
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 
 from torchplug.utilities import rank_zero_only
@@ -49,3 +52,39 @@ def test_before_the_trainer_sets_it_the_launchers_variables_decide(monkeypatch: 
     assert rank_zero_only(lambda: "here")() is None
     monkeypatch.setenv("RANK", "0")
     assert rank_zero_only(lambda: "here")() == "here"
+
+
+def run_python(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True)
+
+
+def test_info_messages_are_shown_on_stderr_without_any_logging_configuration() -> None:
+    done = run_python(
+        "from torchplug.utilities.rank_zero import rank_zero_info\n"
+        "import logging\n"
+        "rank_zero_info('Learning rate set to %s', 0.01)\n"
+        "logging.getLogger('torchplug.io').info('a module logger of torchplug')\n"
+        "logging.getLogger('torchplug').debug('debug stays quiet')\n"
+    )
+    assert done.stderr.splitlines() == ["Learning rate set to 0.01", "a module logger of torchplug"]
+
+
+def test_a_program_that_configures_logging_gets_the_messages_through_its_handlers_once() -> None:
+    done = run_python(
+        "import logging\n"
+        "logging.basicConfig(format='ROOT %(name)s %(message)s', level=logging.WARNING)\n"
+        "from torchplug.utilities.rank_zero import rank_zero_info\n"
+        "rank_zero_info('shown once')\n"
+    )
+    assert done.stderr.splitlines() == ["ROOT torchplug shown once"]
+
+
+def test_a_level_set_before_the_import_is_kept() -> None:
+    done = run_python(
+        "import logging\n"
+        "logging.getLogger('torchplug').setLevel(logging.WARNING)\n"
+        "from torchplug.utilities.rank_zero import rank_zero_info, log\n"
+        "rank_zero_info('not shown')\n"
+        "log.warning('shown')\n"
+    )
+    assert done.stderr.splitlines() == ["shown"]

@@ -15,6 +15,27 @@ __all__ = ["log", "rank_zero_info", "rank_zero_only", "rank_zero_warn"]
 log = logging.getLogger("torchplug")
 
 
+def _show_info_messages() -> None:
+    """Make torchplug's info messages visible, as Lightning does with its own logger.
+
+    Python shows only warnings of a logger nobody configured, and torchplug says at the info level
+    what it decided for the user (a time limit reached, a scheduler replaced, the checkpoint a resume
+    chose). So the ``torchplug`` logger gets the INFO level unless one was set, and, when the
+    program has configured no logging at all (no handler on the root logger), a handler of its own
+    that writes to stderr. A program that configures logging (``logging.basicConfig``...) before
+    importing the Trainer receives the messages through its handlers instead; silence them with
+    ``logging.getLogger("torchplug").setLevel(logging.WARNING)``.
+    """
+    if log.level == logging.NOTSET:
+        log.setLevel(logging.INFO)
+    if not log.handlers and not logging.getLogger().hasHandlers():
+        log.addHandler(logging.StreamHandler())
+        log.propagate = False
+
+
+_show_info_messages()
+
+
 def _rank() -> int:
     # The launchers and schedulers export one of these before our code runs in a worker.
     for key in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
