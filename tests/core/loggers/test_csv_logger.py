@@ -132,3 +132,11 @@ def test_flush_logs_every_n_steps_must_be_a_positive_int(tmp_path, every):
         MisconfigurationError, match=rf"CSVLogger\(flush_logs_every_n_steps={every!r}\) is not valid.*Hint"
     ):
         CSVLogger(tmp_path, flush_logs_every_n_steps=every)
+
+
+def test_sibling_log_dirs_are_the_other_numbered_versions(tmp_path):
+    for name in ("version_0", "version_1", "notes"):
+        os.makedirs(tmp_path / "exp" / name)
+    logger = CSVLogger(tmp_path, name="exp", version=1)
+    assert logger.sibling_log_dirs() == [f"{tmp_path}/exp/version_0"]
+    assert CSVLogger(tmp_path / "nothing-yet", name="exp").sibling_log_dirs() == []

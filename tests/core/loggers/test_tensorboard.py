@@ -155,3 +155,13 @@ def test_writer_keywords_that_summary_writer_does_not_take_are_refused_at_once(t
         TensorBoardLogger(tmp_path, **kwargs)
 
     TensorBoardLogger(tmp_path, flush_secs=5, max_queue=3)  # SummaryWriter's own keywords: accepted
+
+
+@needs_tensorboard
+def test_sibling_log_dirs_are_the_other_numbered_versions(tmp_path):
+    for name in ("version_0", "version_2", "other", "version_x"):
+        os.makedirs(tmp_path / "exp" / name)
+    (tmp_path / "exp" / "version_9").write_text("a file, not a version")
+    logger = TensorBoardLogger(tmp_path, name="exp", sub_dir="train")
+    assert logger.version == 3
+    assert sorted(logger.sibling_log_dirs()) == [f"{tmp_path}/exp/version_0/train", f"{tmp_path}/exp/version_2/train"]

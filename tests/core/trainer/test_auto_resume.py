@@ -165,3 +165,38 @@ def test_the_checkpoint_io_is_prepared_once_after_the_first_optimizer_step(tmp_p
     assert state["state_dict"]["net.0.weight"].data_ptr() == trainer.model.net[0].weight.data_ptr()  # the live tensors
     fit(tmp_path / "again", plugins=[io])  # once per fit
     assert len(io.prepared) == 2
+
+
+def fit_logged(root: Path, *callbacks: Any, **kwargs: Any) -> torchplug.Trainer:
+    """As :func:`fit`, with the default checkpoint directory: under the CSV logger's version of this run."""
+    from torchplug.loggers.csv_logs import CSVLogger
+
+    torch.manual_seed(0)
+    model = Classifier()
+    torch.manual_seed(1234)
+    checkpoint = ModelCheckpoint(every_n_train_steps=5, save_top_k=2, save_last=True)
+    trainer = torchplug.Trainer(
+        **quiet(
+            max_epochs=3,
+            enable_checkpointing=True,
+            callbacks=[checkpoint, *callbacks],
+            logger=CSVLogger(root, name="exp"),
+            **kwargs,
+        )
+    )
+    trainer.fit(model, datamodule=BlobData())
+    trainer.final_weights = weights(model)  # type: ignore[attr-defined]
+    return trainer
+
+
+def test_a_restart_that_logs_into_a_new_version_resumes_from_the_earlier_versions_checkpoints(
+    tmp_path: Path, reference: dict[str, torch.Tensor]
+) -> None:
+    with pytest.raises(Crash):
+        fit_logged(tmp_path, CrashAt(step=12))
+    assert (tmp_path / "exp" / "version_0" / "checkpoints" / "last.ckpt").exists()
+    with pytest.warns(UserWarning, match="only best_model_path is restored"):  # this run writes to version_1
+        trainer = fit_logged(tmp_path, plugins=[Restarted()])
+    assert trainer.logger is not None and trainer.logger.version == 1
+    assert trainer.ckpt_path == str(tmp_path / "exp" / "version_0" / "checkpoints" / "last.ckpt")
+    assert same(trainer.final_weights, reference)  # type: ignore[attr-defined]

@@ -150,6 +150,9 @@ class ModelCheckpoint(Callback):
         self._saves_in_steps = bool(self._every_n_train_steps) or train_time_interval is not None
         self._user_dirpath = _normalise_dir(dirpath) if dirpath is not None else None
         self.dirpath: str | None = self._user_dirpath
+        # With the default dirpath: the checkpoint folders of the logger's other versions, which a resume
+        # with ckpt_path="auto" looks in too (a restarted run logs into a new version). Rank 0 only.
+        self._sibling_dirs: list[str] = []
         if filename is not None and filename.endswith(self.FILE_EXTENSION):
             filename = filename[: -len(self.FILE_EXTENSION)]
         self.filename = filename
@@ -242,6 +245,9 @@ class ModelCheckpoint(Callback):
         if self.dirpath is None:
             default = _normalise_dir(f"{trainer.log_dir.rstrip('/')}/checkpoints") if trainer.is_global_zero else None
             self.dirpath = trainer.strategy.broadcast(default)
+            logger = trainer.logger
+            if trainer.is_global_zero and logger is not None and logger.log_dir:
+                self._sibling_dirs = [_normalise_dir(f"{d.rstrip('/')}/checkpoints") for d in logger.sibling_log_dirs()]
         if stage == "fit":
             self._validated = False
             self._refuse_a_file_for_dirpath()
@@ -661,18 +667,22 @@ class ModelCheckpoint(Callback):
     def complete_checkpoints(self, checkpoint_io: CheckpointIO) -> list[str]:
         """Every complete checkpoint in :attr:`dirpath` (``*.ckpt`` files, or sharded directories with their metadata).
 
-        What ``fit(ckpt_path="auto")`` chooses from. Hidden temporaries of saves in progress or
-        killed are never listed, nor is a sharded directory whose save did not finish.
+        What ``fit(ckpt_path="auto")`` chooses from. With the default ``dirpath`` (under the logger's
+        run directory), the ``checkpoints`` folders of the logger's other versions count too: a
+        restarted run logs into a new version. Hidden temporaries of saves in progress or killed
+        are never listed, nor is a sharded directory whose save did not finish.
         """
         if self.dirpath is None:
             return []
         from fsspec.core import url_to_fs
 
-        fs, fs_path = url_to_fs(self.dirpath)
-        if not fs.isdir(fs_path):
-            return []
-        found = [str(p) for p in fs.glob(f"{fs_path.rstrip('/')}/*{self.FILE_EXTENSION}")]
-        paths = [f"{self.dirpath.rstrip('/')}/{p.rsplit('/', 1)[-1]}" for p in found]
+        paths: list[str] = []
+        for directory in (self.dirpath, *self._sibling_dirs):
+            fs, fs_path = url_to_fs(directory)
+            if not fs.isdir(fs_path):
+                continue
+            found = [str(p) for p in fs.glob(f"{fs_path.rstrip('/')}/*{self.FILE_EXTENSION}")]
+            paths += [f"{directory.rstrip('/')}/{p.rsplit('/', 1)[-1]}" for p in found]
         return [p for p in paths if checkpoint_io.exists(p)]
 
     def _say(self, trainer: Trainer, message: str) -> None:

@@ -13,13 +13,18 @@ _PLAIN: Final = (bool, int, float, str)  # written as they are
 
 def next_version(fs: Any, root: str) -> int:
     """One more than the highest ``version_<n>`` directory under ``root`` on ``fs`` (0 when there is none)."""
-    try:
-        names = [os.path.basename(p.rstrip("/")) for p in fs.ls(root, detail=False)]
-    except FileNotFoundError:
-        return 0
-    numbers = [name[len(_PREFIX) :] for name in names if name.startswith(_PREFIX)]
-    versions = [int(n) for n in numbers if n.isdigit()]
+    versions = [int(name[len(_PREFIX) :]) for name in numbered_versions(fs, root)]
     return max(versions) + 1 if versions else 0
+
+
+def numbered_versions(fs: Any, root: str) -> list[str]:
+    """The ``version_<n>`` directory names under ``root`` on ``fs`` (none when it does not exist)."""
+    try:
+        entries = fs.ls(root, detail=True)
+    except FileNotFoundError:
+        return []
+    names = [os.path.basename(e["name"].rstrip("/")) for e in entries if e.get("type") == "directory"]
+    return [name for name in names if name.startswith(_PREFIX) and name[len(_PREFIX) :].isdigit()]
 
 
 def version_folder(version: int | str) -> str:

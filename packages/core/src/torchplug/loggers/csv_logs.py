@@ -10,7 +10,7 @@ from typing import Any
 from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
-from torchplug.loggers._versions import next_version, version_folder, write_hparams
+from torchplug.loggers._versions import next_version, numbered_versions, version_folder, write_hparams
 from torchplug.loggers.logger import Logger
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -100,6 +100,12 @@ class CSVLogger(Logger):
     def log_dir(self) -> str:
         """``<save_dir>/<name>/version_<n>`` (or ``<save_dir>/<name>/<version>`` for a string version)."""
         return f"{self.root_dir}/{version_folder(self.version)}"
+
+    @override
+    def sibling_log_dirs(self) -> list[str]:
+        """The other ``version_<n>`` directories of this experiment (see :meth:`Logger.sibling_log_dirs`)."""
+        own = version_folder(self.version)
+        return [f"{self.root_dir}/{name}" for name in numbered_versions(self._fs, self.root_dir) if name != own]
 
     @property
     def metrics_file(self) -> str:

@@ -60,6 +60,16 @@ class Logger(ABC):
         """This run's directory (checkpoints go in ``<log_dir>/checkpoints`` by default), if any."""
         return None
 
+    def sibling_log_dirs(self) -> list[str]:
+        """The run directories of the experiment's other versions, which exist now; the default: none.
+
+        A logger that gives every run of an experiment its own directory (``version_<n>``) returns
+        the others: ``fit(ckpt_path="auto")`` (and the resume of a restarted job) looks for
+        checkpoints in their ``checkpoints`` folders too, since a restarted run logs into a new
+        version.
+        """
+        return []
+
     @abstractmethod
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Record ``metrics`` (name to number) at ``step``."""

@@ -12,7 +12,7 @@ from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.loggers._availability import tensorboard_available
-from torchplug.loggers._versions import next_version, version_folder, write_hparams
+from torchplug.loggers._versions import next_version, numbered_versions, version_folder, write_hparams
 from torchplug.loggers.logger import Logger, flatten_params, metric_value
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -139,6 +139,13 @@ class TensorBoardLogger(Logger):
         """``<save_dir>/<name>/version_<n>`` (``<version>`` for a string), plus ``sub_dir`` when given."""
         path = f"{self.root_dir}/{version_folder(self.version)}"
         return f"{path}/{self._sub_dir}" if self._sub_dir else path
+
+    @override
+    def sibling_log_dirs(self) -> list[str]:
+        """The other ``version_<n>`` run directories of this experiment (see :meth:`Logger.sibling_log_dirs`)."""
+        own = version_folder(self.version)
+        suffix = f"/{self._sub_dir}" if self._sub_dir else ""
+        return [f"{self.root_dir}/{name}{suffix}" for name in numbered_versions(self._fs, self.root_dir) if name != own]
 
     def _next_version(self) -> int:
         return next_version(self._fs, self.root_dir)
