@@ -204,6 +204,18 @@ def test_training_step_returning_none_skips_the_update_and_still_counts_the_step
     assert not torch.equal(snapshots[1], snapshots[2])
 
 
+@pytest.mark.parametrize("loss", [0.5, "0.5", [1.0]], ids=["float", "str", "list"])
+def test_a_dict_whose_loss_is_not_a_tensor_is_refused_naming_it(loss: Any) -> None:
+    class FloatLoss(Dropout):
+        def training_step(self, batch: Any, batch_idx: int) -> dict[str, Any]:
+            super().training_step(batch, batch_idx)
+            return {"loss": loss}
+
+    trainer = torchplug.Trainer(**quiet(max_steps=2))
+    with pytest.raises(torchplug.MisconfigurationError, match=r"training_step returned a dict whose 'loss' is a "):
+        trainer.fit(FloatLoss())
+
+
 def test_gradients_stay_populated_until_the_next_zero_grad() -> None:
     seen: list[tuple[int, bool]] = []
 

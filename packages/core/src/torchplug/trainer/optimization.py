@@ -143,7 +143,13 @@ def _loss_of(output: Any, world_size: int) -> _Tensor | None:
                 "training_step returned a dict without a 'loss' key; with automatic optimization the dict must "
                 "hold the loss under 'loss'."
             )
-        return loss  # type: ignore[no-any-return]  # a user's dict: the loss is whatever they put there
+        if not isinstance(loss, _Tensor):
+            raise MisconfigurationError(
+                f"training_step returned a dict whose 'loss' is a {type(loss).__name__} ({loss!r}), not a tensor: "
+                "there is nothing to backpropagate. Hint: put the loss tensor itself under 'loss' (not loss.item() "
+                "or float(loss)); log numbers with self.log."
+            )
+        return loss
     if output is None:
         if world_size > 1:
             raise MisconfigurationError(
