@@ -3,7 +3,7 @@
 What is measured:
     The setup of reference-figures.md section 2 (PyTorch Lightning 2.6.6 on a machine of this kind):
     an MLP 32→64→64→1, batch 32, MSE loss, SGD(lr=0.01), a synthetic TensorDataset read through
-    ``DataLoader(shuffle=True, num_workers=0)``, ``--steps`` (default 3000) steps in one epoch, on the
+    ``DataLoader(shuffle=True, num_workers=0)``, ``--steps`` (default 1500) steps in one epoch, on the
     CPU with ``torch.set_num_threads(1)``. The variants:
 
     A   the raw loop (zero_grad, forward, loss, backward, step) over the same DataLoader;
@@ -22,14 +22,17 @@ What is measured:
     D   as C, plus ``self.log("train_loss", loss, prog_bar=True)`` in every training_step;
     D'  as D, with the bar forced as in C' (the like-for-like of Lightning's D).
 
-    All variants run in one process, interleaved (one round runs each once, the order rotating
-    from round to round), ``--repeats`` rounds after one untimed warm-up round. Every training_step
-    (every loop iteration for A, at the same point: before the forward) appends ``perf_counter()``
-    to a list; a variant's µs/step is the steady state from batch 50 to the last batch (the mean
-    interval between those stamps). The whole ``fit()`` (the whole loop for A) divided by the
-    steps is reported beside it as a cross-check. The overhead of a variant is the median over
-    rounds of its µs/step minus A's in the same round; targets (B ≤ 10, C ≤ 20, D ≤ 20 µs/step
-    over A) are judged on it.
+    All variants run in one process, interleaved, ``--repeats`` rounds after one untimed warm-up
+    round. A round runs every other variant once, the order rotating from round to round, with A
+    before the first and after each (``A X A Y A ...``): each variant is compared with the mean of
+    the two A runs that bracket it, so that a host whose speed drifts (a shared 2-core machine
+    drifts by up to 1.7x within seconds) affects both sides alike. Every training_step (every loop
+    iteration for A, at the same point: before the forward) appends ``perf_counter()`` to a list;
+    a variant's µs/step is the steady state from batch 50 to the last batch (the mean interval
+    between those stamps). The whole ``fit()`` (the whole loop for A) divided by the steps is
+    reported beside it as a cross-check. The overhead of a variant is the median over rounds of
+    its µs/step minus its bracketing A's; targets (B ≤ 10, C ≤ 20, D ≤ 20 µs/step over A) are
+    judged on it.
 
     The same run measures ``Trainer()`` construction (the first in the process, then the median)
     and the fixed cost of ``fit()`` with ``max_steps=1`` (one step included), for B's and C's
@@ -196,11 +199,16 @@ class Samples:
     whole_us: list[float] = field(default_factory=list)
 
     def add(self, run: Run, steps: int) -> None:
-        if len(run.stamps) != steps:
-            raise RuntimeError(f"variant {self.label} ran {len(run.stamps)} training steps, expected {steps}")
-        self.steady_us.append(_steady(run.stamps))
-        self.cpu_us.append(_steady(run.cpu_stamps))
-        self.whole_us.append(run.whole_s / steps * 1e6)
+        self.add_mean([run], steps)
+
+    def add_mean(self, runs: list[Run], steps: int) -> None:
+        """Add the mean of ``runs`` (one run, or the two A runs that bracket a variant) as one value."""
+        for run in runs:
+            if len(run.stamps) != steps:
+                raise RuntimeError(f"variant {self.label} ran {len(run.stamps)} training steps, expected {steps}")
+        self.steady_us.append(statistics.fmean(_steady(run.stamps) for run in runs))
+        self.cpu_us.append(statistics.fmean(_steady(run.cpu_stamps) for run in runs))
+        self.whole_us.append(statistics.fmean(run.whole_s / steps * 1e6 for run in runs))
 
     def as_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -385,18 +393,31 @@ def run_variant(label: str, loader: DataLoader[Any]) -> Run:
         shutil.rmtree(workdir, ignore_errors=True)
 
 
-def measure_steps(labels: list[str], loader: DataLoader[Any], repeats: int) -> dict[str, Samples]:
+def measure_steps(
+    labels: list[str], loader: DataLoader[Any], repeats: int
+) -> tuple[dict[str, Samples], dict[str, Samples]]:
+    """Every variant's samples, and for each variant but A the mean of the two A runs bracketing it in each round."""
     samples = {label: Samples(label) for label in labels}
+    bases = {label: Samples("A") for label in labels if label != "A"}
+    others = [label for label in labels if label != "A"]
+    steps = len(loader)
     for round_ in range(repeats + 1):  # round 0 is the untimed warm-up
-        shift = round_ % len(labels)
-        for label in labels[shift:] + labels[:shift]:
+        shift = round_ % len(others) if others else 0
+        before = run_variant("A", loader)
+        if round_:
+            samples["A"].add(before, steps)
+        for label in others[shift:] + others[:shift]:
             run = run_variant(label, loader)
+            after = run_variant("A", loader)
             if round_:
-                samples[label].add(run, len(loader))
+                samples[label].add(run, steps)
+                samples["A"].add(after, steps)
+                bases[label].add_mean([before, after], steps)
+            before = after
         if round_:
             done = ", ".join(f"{k} {v.steady_us[-1]:.0f}" for k, v in samples.items())
             print(f"  round {round_}/{repeats}: wall µs/step {done}", file=sys.stderr, flush=True)
-    return samples
+    return samples, bases
 
 
 # -- fixed costs --------------------------------------------------------------------------------
@@ -460,9 +481,10 @@ def available_variants(requested: list[str]) -> tuple[list[str], list[str]]:
     return run, notes
 
 
-def summarise(samples: dict[str, Samples], judge: str, instructions: dict[str, float]) -> dict[str, Any]:
-    """Per variant: medians, paired overheads over A on both clocks, and the verdict on the ``judge`` clock."""
-    base = samples["A"]
+def summarise(
+    samples: dict[str, Samples], bases: dict[str, Samples], judge: str, instructions: dict[str, float]
+) -> dict[str, Any]:
+    """Per variant: medians, paired overheads over its bracketing A runs on both clocks, the verdict on ``judge``."""
     reference_us = LIGHTNING_REFERENCE["us_per_step"]["A"]
     rows: dict[str, Any] = {}
     for label, variant in samples.items():
@@ -470,6 +492,7 @@ def summarise(samples: dict[str, Samples], judge: str, instructions: dict[str, f
         if label in instructions:
             row["instructions_per_step"] = instructions[label]
         if label != "A":
+            base = bases[label]
             row["overhead_us"], row["ratio"] = paired(variant.steady_us, base.steady_us)
             row["cpu_overhead_us"], row["cpu_ratio"] = paired(variant.cpu_us, base.cpu_us)
             # The overhead this ratio would be on the reference machine, where A takes 296 µs/step.
@@ -520,7 +543,8 @@ def print_report(rows: dict[str, Any], fixed: dict[str, Any], notes: list[str], 
         )
     print("  µs/step: steady state from batch 50, median over rounds (wall: perf_counter; CPU: this thread's CPU")
     print("  time, which leaves out the time other processes took the core); whole: fit()/steps (A: loop/steps).")
-    print("  vs A: paired median over rounds of (variant - A); ratio: paired median of variant / A; at ref.:")
+    print("  vs A: median over rounds of (variant - the mean of the A runs before and after it); ratio: the same")
+    print("  for variant / A; A's µs/step: all its runs; at ref.:")
     print(
         f"  (ratio - 1) x {LIGHTNING_REFERENCE['us_per_step']['A']:.0f} µs, the overhead at the reference "
         "machine's speed (its A), for a host slower or busier than it."
@@ -575,7 +599,7 @@ def print_report(rows: dict[str, Any], fixed: dict[str, Any], notes: list[str], 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--steps", type=int, default=3000, help="training steps (one epoch) per run")
+    parser.add_argument("--steps", type=int, default=1500, help="training steps (one epoch) per run")
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds of every variant")
     parser.add_argument(
         "--variants",
@@ -624,10 +648,10 @@ def main(argv: list[str] | None = None) -> int:
     loader = make_loader(args.steps)
     # Fixed costs first, so that "the first Trainer() in the process" is the first one.
     fixed = {} if args.no_fixed or labels == ["A"] else measure_fixed_costs(loader, "C" in labels)
-    samples = measure_steps(labels, loader, args.repeats)
+    samples, bases = measure_steps(labels, loader, args.repeats)
     counted = [label for label in labels if not label.startswith("L-")]
     instructions = measure_instructions(counted, args.instr_steps) if args.instructions else {}
-    rows = summarise(samples, args.judge, instructions)
+    rows = summarise(samples, bases, args.judge, instructions)
     if args.json:
         print(
             json.dumps(
