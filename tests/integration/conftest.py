@@ -235,9 +235,23 @@ class Venv:
         return self.script("python")
 
     def pip_install(self, *args: str | Path) -> Result:
-        """``pip install`` into the venv, always under ``-c constraints.txt`` (torch stays pinned)."""
+        """``pip install`` into the venv, always under ``-c constraints.txt`` (torch stays pinned).
+
+        ``--no-compile``: compiling every installed module (most of torch's install time) is left to
+        the first import of each module, which is all a test needs.
+        """
         return run_ok(
-            [self.python, "-m", "pip", "install", "--disable-pip-version-check", "-c", CONSTRAINTS, *args],
+            [
+                self.python,
+                "-m",
+                "pip",
+                "install",
+                "--disable-pip-version-check",
+                "--no-compile",
+                "-c",
+                CONSTRAINTS,
+                *args,
+            ],
             clean_env(),
             timeout=PIP_TIMEOUT,
         )
