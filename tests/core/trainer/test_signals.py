@@ -99,3 +99,21 @@ def test_outside_the_main_thread_no_handler_is_installed(tmp_path: Path) -> None
     thread.start()
     thread.join()
     assert seen == [signal.SIG_DFL]
+
+
+def test_a_handler_already_installed_is_kept_and_said_once_per_process(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torchplug.trainer import signals
+
+    monkeypatch.setattr(signals, "_INFORMED", set())
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup or a shell's background job
+    try:
+        with caplog.at_level("INFO", logger="torchplug"):
+            fit(tmp_path)
+            fit(tmp_path)  # a second fit in the same process: nothing new to say
+        assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # honoured, not replaced
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    said = [r.getMessage() for r in caplog.records if "keeps the handler already installed" in r.getMessage()]
+    assert said == ["SIGINT keeps the handler already installed (<Handlers.SIG_IGN: 1>)"]

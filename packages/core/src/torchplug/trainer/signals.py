@@ -52,6 +52,17 @@ def _is_default(signum: int, handler: _Handler) -> bool:
     return handler in (signal.SIG_DFL, None)
 
 
+#: Messages already logged by :func:`_inform` (a process running fit() many times says each once).
+_INFORMED: set[str] = set()
+
+
+def _inform(text: str) -> None:
+    """Log why the signals are not handled, once per process for each distinct reason."""
+    if text not in _INFORMED:
+        _INFORMED.add(text)
+        log.info(text)
+
+
 def _say(text: str) -> None:
     """Write a line to stderr without Python's buffered streams (safe inside a signal handler)."""
     try:
@@ -88,7 +99,7 @@ class SignalStop:
         set_stopping(False)
         self._runs += 1
         if threading.current_thread() is not threading.main_thread():
-            log.info("SIGINT/SIGTERM are not handled: fit() runs outside the main thread")
+            _inform("SIGINT/SIGTERM are not handled: fit() runs outside the main thread")
             return
         trainer = self._trainer
         store = None
@@ -97,14 +108,14 @@ class SignalStop:
 
             store = rendezvous_store()
             if store is None:  # stopping alone would leave the others waiting in a collective
-                log.info("SIGINT/SIGTERM keep their default action: the processes have no rendezvous store to agree")
+                _inform("SIGINT/SIGTERM keep their default action: the processes have no rendezvous store to agree")
                 return
         for signum in _SIGNALS:
             current = signal.getsignal(signum)
             if _is_default(signum, current):
                 self._previous[signum] = signal.signal(signum, self._handle)
             else:
-                log.info("%s keeps the handler already installed (%r)", signal.Signals(signum).name, current)
+                _inform(f"{signal.Signals(signum).name} keeps the handler already installed ({current!r})")
         if self._previous and store is not None:
             self._agreement = _Agreement(self, store, self._runs, trainer.global_rank, trainer.world_size)
             self._agreement.start()
