@@ -502,13 +502,16 @@ def summarise(
                 row["extra_instructions"] = extra
                 row["instr_overhead_us"] = extra / instructions["A"] * reference_us
             if label in TARGETS_US:
-                judged = {
+                measures = {
                     "wall": row["overhead_us"],
                     "cpu": row["cpu_overhead_us"],
                     "scaled": row["scaled_overhead_us"],
                     "instructions": row.get("instr_overhead_us", math.inf),
-                }[judge]
-                row.update(target_us=TARGETS_US[label], judged_on=judge, passed=judged <= TARGETS_US[label])
+                }
+                target = TARGETS_US[label]
+                row.update(target_us=target, judged_on=judge, passed=measures[judge] <= target)
+                # Every measure's verdict, so that a report judged on one still shows the others.
+                row["verdicts"] = {name: value <= target for name, value in measures.items() if value != math.inf}
         row["whole_vs_steady_pct"] = (row["whole_us_median"] / row["steady_us_median"] - 1) * 100
         rows[label] = row
     return rows
@@ -551,6 +554,12 @@ def print_report(rows: dict[str, Any], fixed: dict[str, Any], notes: list[str], 
     )
     for note in notes:
         print(f"  note: {note}")
+    judged_rows = {label: row for label, row in rows.items() if "verdicts" in row and label in JUDGED}
+    if judged_rows:
+        print(f"  targets on every measure (the process's exit status follows --judge {args.judge}):")
+        for label, row in judged_rows.items():
+            verdicts = ", ".join(f"{name} {'PASS' if ok else 'FAIL'}" for name, ok in row["verdicts"].items())
+            print(f"    {label} ≤ {row['target_us']:.0f} µs: {verdicts}")
     if any("instructions_per_step" in row for row in rows.values()):
         print()
         print(f"Instructions per steady-state step (callgrind, {INSTR_SPAN} steps; independent of the host's load):")
