@@ -76,3 +76,14 @@ def test_global_seed_is_checked_where_it_is_read(monkeypatch: pytest.MonkeyPatch
         seed_everything()
     monkeypatch.setenv("TORCHPLUG_GLOBAL_SEED", "11")
     assert seed_everything() == 11
+
+
+def test_seed_everything_says_the_seed_unless_told_not_to(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.delenv("TORCHPLUG_GLOBAL_SEED", raising=False)
+    monkeypatch.delenv("TORCHPLUG_SEED_WORKERS", raising=False)
+    with caplog.at_level("INFO", logger="torchplug"):
+        seed_everything(5)
+        seed_everything(6, False, False)  # Lightning's order: seed, workers, verbose
+    assert [r.getMessage() for r in caplog.records if r.getMessage().startswith("Seed set")] == ["Seed set to 5"]

@@ -88,3 +88,17 @@ def test_a_level_set_before_the_import_is_kept() -> None:
         "log.warning('shown')\n"
     )
     assert done.stderr.splitlines() == ["shown"]
+
+
+def test_rank_zero_warn_takes_stacklevel_second_as_lightning_does() -> None:
+    import warnings
+
+    from torchplug.utilities.rank_zero import rank_zero_warn
+
+    def caller() -> None:
+        rank_zero_warn("look here", 2)  # the warning points at caller's caller: this test
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        caller()
+    assert [(str(w.message), w.category, w.filename) for w in caught] == [("look here", UserWarning, __file__)]

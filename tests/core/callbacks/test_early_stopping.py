@@ -204,3 +204,19 @@ def test_verbose_prints_the_reasons(make_trainer, tiny_model, data, capsys):
     out = capsys.readouterr().out
     assert "Metric score improved. New best score: 1" in out
     assert "did not improve in the last 1 records" in out
+
+
+def test_positional_arguments_mean_what_they_mean_in_lightning():
+    # Lightning 2.6: (monitor, min_delta, patience, verbose, mode, strict, check_finite,
+    # stopping_threshold, divergence_threshold, check_on_train_epoch_end, log_rank_zero_only)
+    stopping = EarlyStopping("val_acc", 0.01, 5, True, "max", False, False, 0.99, 0.1, True, True)
+    assert (stopping.monitor, stopping.min_delta, stopping.patience, stopping.verbose) == ("val_acc", 0.01, 5, True)
+    assert (stopping.mode, stopping.strict, stopping.check_finite) == ("max", False, False)
+    assert (stopping.stopping_threshold, stopping.divergence_threshold) == (0.99, 0.1)
+    assert (stopping._check_on_train_epoch_end, stopping.log_rank_zero_only) == (True, True)
+
+
+@pytest.mark.parametrize("name", ["verbose", "strict", "check_finite", "log_rank_zero_only"])
+def test_a_switch_that_is_not_a_bool_is_refused_by_name(name):
+    with pytest.raises(MisconfigurationError, match=rf"EarlyStopping\({name}='False'\): give True or False"):
+        EarlyStopping(monitor="val_loss", **{name: "False"})

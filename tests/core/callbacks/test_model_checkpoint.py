@@ -545,3 +545,32 @@ def test_nothing_is_saved_by_validate_or_test(tmp_path, make_trainer, tiny_model
 def test_invalid_arguments_say_what_to_do(kwargs, match):
     with pytest.raises(MisconfigurationError, match=match):
         ModelCheckpoint(**kwargs)
+
+
+def test_positional_arguments_mean_what_they_mean_in_lightning() -> None:
+    # Lightning 2.6: (dirpath, filename, monitor, verbose, save_last, save_top_k, save_on_exception,
+    # save_weights_only, mode, auto_insert_metric_name, every_n_train_steps, train_time_interval,
+    # every_n_epochs, save_on_train_epoch_end, enable_version_counter)
+    every = timedelta(minutes=5)
+    checkpoint = ModelCheckpoint(
+        "ckpts", "{epoch}", "val_loss", True, "link", 3, True, True, "max", False, None, every, None, False, False
+    )
+    assert (checkpoint.filename, checkpoint.monitor, checkpoint.verbose, checkpoint.save_last) == (
+        "{epoch}",
+        "val_loss",
+        True,
+        "link",
+    )
+    assert (checkpoint.save_top_k, checkpoint.save_on_exception, checkpoint.save_weights_only) == (3, True, True)
+    assert (checkpoint.mode, checkpoint.auto_insert_metric_name, checkpoint._train_time_interval) == (
+        "max",
+        False,
+        every,
+    )
+    assert (checkpoint._save_on_train_epoch_end, checkpoint._enable_version_counter) == (False, False)
+
+
+@pytest.mark.parametrize("name", ["verbose", "save_on_exception", "save_weights_only", "enable_version_counter"])
+def test_a_switch_that_is_not_a_bool_is_refused_by_name(name: str) -> None:
+    with pytest.raises(MisconfigurationError, match=rf"ModelCheckpoint\({name}='False'\): give True or False"):
+        ModelCheckpoint(**{name: "False"})

@@ -57,3 +57,52 @@ def test_a_failure_before_training_is_reported_without_hiding_the_original(tmp_p
             tiny_model(), data()
         )
     assert torch.load(callback.ckpt_path, weights_only=True)["global_step"] == 0
+
+
+def test_model_checkpoint_save_on_exception_resumes_to_an_uninterrupted_run(
+    tmp_path, make_trainer, tiny_model, data, capfd
+):
+    from torchplug.callbacks import ModelCheckpoint
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpts", save_on_exception=True, save_last=True)
+    with pytest.raises(RuntimeError, match="disk on fire"):
+        make_trainer(max_epochs=2, callbacks=[checkpoint, fail_at_step(11, RuntimeError("disk on fire"))]).fit(
+            tiny_model(), data()
+        )
+
+    path = f"{tmp_path}/ckpts/epoch=1-step=11.ckpt"  # named by the filename template, as Lightning names it
+    assert sorted(os.listdir(tmp_path / "ckpts")) == ["epoch=0-step=8.ckpt", "epoch=1-step=11.ckpt", "last.ckpt"]
+    assert torch.load(path, weights_only=True)["global_step"] == 11
+    assert torch.load(checkpoint.last_model_path, weights_only=True)["global_step"] == 11
+    err = capfd.readouterr().err
+    assert f"fit() raised RuntimeError: disk on fire. The checkpoint of global step 11 was written to {path}" in err
+
+    resumed = tiny_model()
+    make_trainer(max_epochs=2).fit(resumed, data(), ckpt_path=path)
+    for key, value in reference_weights(2).items():
+        torch.testing.assert_close(resumed.state_dict()[key], value)
+
+
+def test_model_checkpoint_save_on_exception_names_the_checkpoint_of_that_step_when_it_exists(
+    tmp_path, make_trainer, tiny_model, data, capfd
+):
+    from torchplug.callbacks import ModelCheckpoint
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, save_on_exception=True, every_n_train_steps=4)
+    with pytest.raises(ValueError):
+        make_trainer(max_epochs=1, callbacks=[checkpoint, fail_at_step(4, ValueError("bad batch"))]).fit(
+            tiny_model(), data()
+        )
+    assert os.listdir(tmp_path) == ["epoch=0-step=4.ckpt"]  # nothing trained since that save: no second file
+    assert f"The checkpoint of global step 4 is already {tmp_path}/epoch=0-step=4.ckpt" in capfd.readouterr().err
+
+
+def test_model_checkpoint_without_save_on_exception_writes_nothing_on_an_error(
+    tmp_path, make_trainer, tiny_model, data
+):
+    from torchplug.callbacks import ModelCheckpoint
+
+    checkpoint = ModelCheckpoint(dirpath=tmp_path, every_n_epochs=5)
+    with pytest.raises(RuntimeError):
+        make_trainer(max_epochs=1, callbacks=[checkpoint, fail_at_step(3, RuntimeError("x"))]).fit(tiny_model(), data())
+    assert os.listdir(tmp_path) == []

@@ -140,3 +140,17 @@ def test_sibling_log_dirs_are_the_other_numbered_versions(tmp_path):
     logger = CSVLogger(tmp_path, name="exp", version=1)
     assert logger.sibling_log_dirs() == [f"{tmp_path}/exp/version_0"]
     assert CSVLogger(tmp_path / "nothing-yet", name="exp").sibling_log_dirs() == []
+
+
+def test_prefix_is_put_before_every_metric_name_and_is_the_fourth_positional_argument(tmp_path):
+    logger = CSVLogger(str(tmp_path), "exp", 0, "train")  # Lightning's order: save_dir, name, version, prefix
+    logger.log_metrics({"loss": 0.5, "acc": 0.25}, step=3)
+    logger.save()
+    with open(logger.metrics_file, newline="") as stream:
+        rows = list(csv.DictReader(stream))
+    assert rows == [{"step": "3", "train-loss": "0.5", "train-acc": "0.25"}]
+
+
+def test_a_prefix_that_is_not_a_string_is_refused():
+    with pytest.raises(MisconfigurationError, match=r"CSVLogger\(prefix=100\) is not valid"):
+        CSVLogger(".", "exp", None, 100)  # type: ignore[arg-type]  # a flush interval in the prefix's place

@@ -224,8 +224,8 @@ def test_detect_anomaly_names_the_operation_that_made_a_nan():
 
 
 @pytest.mark.parametrize("name", ["simple", "advanced", "pytorch"])
-def test_a_profiler_reports_the_training_batches_at_the_end(name, capsys):
-    trainer = fit(profiler=name)
+def test_a_profiler_reports_the_training_batches_at_the_end(name, capsys, tmp_path):
+    trainer = fit(profiler=name, default_root_dir=tmp_path)
     out = capsys.readouterr().out
     assert f"{type(trainer.profiler).__name__} report (fit):" in out
     assert "run_training_batch" in out or "run_training_epoch" in out
@@ -242,6 +242,44 @@ def test_a_profiler_instance_writes_its_report_to_a_file(tmp_path):
 def test_the_advanced_profiler_shows_where_the_time_went(capsys):
     fit(profiler=AdvancedProfiler(line_count_restriction=5))
     assert "Profile stats for: run_training_batch" in capsys.readouterr().out
+
+
+def test_the_advanced_profiler_dumps_each_actions_raw_statistics(tmp_path):
+    import pstats
+
+    fit(profiler=AdvancedProfiler(dirpath=tmp_path, filename="perf", dump_stats=True))
+    path = tmp_path / "fit-perf-run_training_batch.prof"
+    stats = pstats.Stats(str(path))
+    assert stats.total_calls > 0  # type: ignore[attr-defined]
+
+
+def test_the_pytorch_profiler_writes_a_chrome_trace_and_groups_by_input_shapes(tmp_path, capsys):
+    import json
+
+    from torchplug.profilers import PyTorchProfiler
+
+    profiler = PyTorchProfiler(group_by_input_shapes=True, row_limit=5)
+    fit(profiler=profiler, default_root_dir=tmp_path)
+    assert profiler.trace_path == f"{tmp_path}/fit-pytorch.pt.trace.json"
+    events = json.loads((tmp_path / "fit-pytorch.pt.trace.json").read_text())["traceEvents"]
+    assert any(event.get("name") == "run_training_batch" for event in events)
+    assert "Input Shapes" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"emit_nvtx": True}, r"emit_nvtx=True\) is not supported"),
+        ({"record_module_names": True}, r"record_module_names=True\) is not supported"),
+        ({"export_to_chrome": "yes"}, r"export_to_chrome='yes'\): give True or False"),
+        ({"record_shape": True}, r"torch.profiler.profile takes no record_shape\. It takes: .*record_shapes"),
+    ],
+)
+def test_the_pytorch_profiler_refuses_what_it_would_not_honour(kwargs, match):
+    from torchplug.profilers import PyTorchProfiler
+
+    with pytest.raises(ValueError, match=match):
+        PyTorchProfiler(**kwargs)
 
 
 def test_an_unknown_profiler_is_refused():

@@ -49,7 +49,9 @@ class EarlyStopping(Callback):
         check_on_train_epoch_end: Check at the end of the training epoch (True) or after each
             validation (False). None: at the end of the training epoch when validation runs exactly
             once per epoch (or not at all), as Lightning decides.
-        verbose: Print the reason of every improvement and of the stop (global rank 0).
+        log_rank_zero_only: With ``verbose``, only global rank 0 prints.
+        verbose: Print the reason of every improvement and of the stop; with several processes
+            each prints its own, prefixed ``[rank: N]`` (as Lightning does).
 
     Raises:
         MisconfigurationError: An unknown ``mode``, a ``patience`` that is not an int >= 0, a
@@ -70,15 +72,21 @@ class EarlyStopping(Callback):
         monitor: str,
         min_delta: float = 0.0,
         patience: int = 3,
+        verbose: bool = False,
         mode: str = "min",
         strict: bool = True,
         check_finite: bool = True,
         stopping_threshold: float | None = None,
         divergence_threshold: float | None = None,
         check_on_train_epoch_end: bool | None = None,
-        verbose: bool = False,
+        log_rank_zero_only: bool = False,
     ) -> None:
+        # The parameters are in Lightning 2.6's order, so that its positional calls mean the same here.
         _check_arguments(mode, patience, min_delta, stopping_threshold, divergence_threshold)
+        switches = {"verbose": verbose, "strict": strict, "check_finite": check_finite}
+        for name, value in {**switches, "log_rank_zero_only": log_rank_zero_only}.items():
+            if not isinstance(value, bool):  # a string such as "False" would read as on
+                raise MisconfigurationError(f"EarlyStopping({name}={value!r}): give True or False.")
         self.monitor = monitor
         self.min_delta = float(min_delta)
         self.patience = patience
@@ -88,6 +96,7 @@ class EarlyStopping(Callback):
         self.stopping_threshold = stopping_threshold
         self.divergence_threshold = divergence_threshold
         self.verbose = verbose
+        self.log_rank_zero_only = log_rank_zero_only
         self._check_on_train_epoch_end = check_on_train_epoch_end
         self._on_epoch_end = bool(check_on_train_epoch_end)
         self.wait_count = 0
@@ -185,8 +194,8 @@ class EarlyStopping(Callback):
             trainer.should_stop = True
             self.stopped_epoch = trainer.current_epoch
             self.stopping_reason = reason or "Another process decided to stop."
-        if reason and self.verbose and trainer.is_global_zero:
-            print(reason, flush=True)
+        if reason and self.verbose and (trainer.is_global_zero or not self.log_rank_zero_only):
+            print(f"[rank: {trainer.global_rank}] {reason}" if trainer.world_size > 1 else reason, flush=True)
 
     def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
         """Decide on one value; returns (stop, the reason in words or None)."""

@@ -87,6 +87,14 @@ class ModelCheckpoint(Callback):
         save_on_interrupt: When SIGINT or SIGTERM stops ``fit`` (see :class:`~torchplug.TrainingInterrupted`),
             write ``<dirpath>/interrupted.ckpt`` at the step where every process stopped, to resume from
             with ``fit(ckpt_path=...)``. False: write nothing then.
+        save_on_exception: When an exception other than that stop ends ``fit``, write a checkpoint of
+            the state at that moment (named by ``filename``, and ``last.ckpt`` with ``save_last``)
+            and say where. Its weights are those of the last finished optimizer step, its counters
+            those of the last finished batch, so a resume from it runs the failed batch again.
+            Under DDP the save waits for every process, as ``OnExceptionCheckpoint``'s does: the
+            exception must reach each of them (a failure every rank meets); a failure of one rank
+            alone ends in the collective timeout that names the ranks missing, or the launcher
+            stopping the job.
         train_time_interval: Save after the first optimizer step that ends at least this long
             (a ``datetime.timedelta``) after training started or after the last such save; global
             rank 0's clock decides for every process (one broadcast per step with several processes).
@@ -116,20 +124,30 @@ class ModelCheckpoint(Callback):
         dirpath: str | os.PathLike[str] | None = None,
         filename: str | None = None,
         monitor: str | None = None,
-        mode: str = "min",
-        save_top_k: int = 1,
-        save_last: bool | str | None = None,
-        every_n_train_steps: int | None = None,
-        every_n_epochs: int | None = None,
-        save_weights_only: bool = False,
-        save_on_train_epoch_end: bool | None = None,
-        auto_insert_metric_name: bool = True,
-        enable_version_counter: bool = True,
         verbose: bool = False,
-        save_on_interrupt: bool = True,
+        save_last: bool | str | None = None,
+        save_top_k: int = 1,
+        save_on_exception: bool = False,
+        save_weights_only: bool = False,
+        mode: str = "min",
+        auto_insert_metric_name: bool = True,
+        every_n_train_steps: int | None = None,
         train_time_interval: timedelta | None = None,
+        every_n_epochs: int | None = None,
+        save_on_train_epoch_end: bool | None = None,
+        enable_version_counter: bool = True,
+        save_on_interrupt: bool = True,
     ) -> None:
+        # The parameters are in Lightning 2.6's order, so that its positional calls mean the same here.
         _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs, train_time_interval)
+        _check_flags(
+            verbose=verbose,
+            save_on_exception=save_on_exception,
+            save_weights_only=save_weights_only,
+            auto_insert_metric_name=auto_insert_metric_name,
+            enable_version_counter=enable_version_counter,
+            save_on_interrupt=save_on_interrupt,
+        )
         self.monitor = monitor
         self.mode = mode
         self.save_top_k = save_top_k
@@ -138,6 +156,7 @@ class ModelCheckpoint(Callback):
         self.auto_insert_metric_name = auto_insert_metric_name
         self.verbose = verbose
         self.save_on_interrupt = save_on_interrupt
+        self.save_on_exception = save_on_exception
         self.interrupted_model_path = ""
         self._save_on_train_epoch_end = save_on_train_epoch_end
         self._enable_version_counter = enable_version_counter
@@ -384,8 +403,15 @@ class ModelCheckpoint(Callback):
             self._save_at_epoch_end(trainer)
 
     def on_exception(self, trainer: Trainer, module: Module, exception: BaseException) -> None:
-        """After SIGINT or SIGTERM stopped ``fit`` (every process at the same step): write ``interrupted.ckpt``."""
-        if not isinstance(exception, TrainingInterrupted) or not self.save_on_interrupt:
+        """After SIGINT or SIGTERM stopped ``fit`` (every process at the same step): write ``interrupted.ckpt``.
+
+        After any other exception in ``fit``, with ``save_on_exception``: a checkpoint of that moment.
+        """
+        if not isinstance(exception, TrainingInterrupted):
+            if self.save_on_exception:
+                self._save_on_exception(trainer, exception)
+            return
+        if not self.save_on_interrupt:
             return
         if trainer.fast_dev_run or trainer.state.fn is not TrainerFn.FITTING or self.dirpath is None:
             return
@@ -396,6 +422,27 @@ class ModelCheckpoint(Callback):
         if trainer.is_global_zero:
             print(
                 f"torchplug: {exception} Checkpoint: {path} (resume with fit(..., ckpt_path={path!r}))",
+                file=sys.stderr,
+                flush=True,
+            )
+
+    def _save_on_exception(self, trainer: Trainer, exception: BaseException) -> None:
+        if trainer.fast_dev_run or trainer.state.fn is not TrainerFn.FITTING or trainer.sanity_checking:
+            return
+        if self.dirpath is None:
+            return
+        if self._last_global_step_saved == trainer.global_step:
+            path, done = self._last_checkpoint_saved, "is already"  # nothing trained since: that file holds it
+        else:
+            candidates = self._candidates(trainer)
+            path, done = self._unique_path(trainer, candidates, reusable=""), "was written to"
+            self._write(trainer, path)
+            self._save_last(trainer, candidates)
+            trainer.strategy.checkpoint_io.flush()
+        if trainer.is_global_zero and path:
+            print(
+                f"torchplug: fit() raised {type(exception).__name__}: {exception}. The checkpoint of global step "
+                f"{trainer.global_step} {done} {path} (resume with fit(..., ckpt_path={path!r}))",
                 file=sys.stderr,
                 flush=True,
             )
@@ -737,6 +784,13 @@ def _check_arguments(
             f"{every_n_train_steps or every_n_epochs}): set only one of them. Hint: use two ModelCheckpoint "
             "callbacks to save on both schedules."
         )
+
+
+def _check_flags(**flags: Any) -> None:
+    """Switches must be True or False: a string such as "False" would read as on."""
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise MisconfigurationError(f"ModelCheckpoint({name}={value!r}): give True or False.")
 
 
 def _normalise_dir(path: str | os.PathLike[str]) -> str:

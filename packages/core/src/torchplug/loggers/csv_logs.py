@@ -28,6 +28,7 @@ class CSVLogger(Logger):
         name: Experiment name, a subdirectory of ``save_dir``; None or ``""``: the versions go
             directly in ``save_dir``.
         version: Run version; by default the next free ``version_<n>``. A string is used as the directory name.
+        prefix: Put before every metric name, joined with ``-`` (``"train"``: ``train-loss``).
         flush_logs_every_n_steps: Write buffered rows to disk every this many logged steps (an int >= 1).
 
     Raises:
@@ -39,8 +40,12 @@ class CSVLogger(Logger):
         save_dir: str | os.PathLike[str] = ".",
         name: str | None = "torchplug_logs",
         version: int | str | None = None,
+        prefix: str = "",
         flush_logs_every_n_steps: int = 100,
     ) -> None:
+        # The parameters are in Lightning 2.6's order, so that its positional calls mean the same here.
+        if not isinstance(prefix, str):
+            raise MisconfigurationError(f"CSVLogger(prefix={prefix!r}) is not valid: give a string ('' for none).")
         every = flush_logs_every_n_steps
         if isinstance(every, bool) or not isinstance(every, int) or every < 1:
             raise MisconfigurationError(
@@ -51,6 +56,7 @@ class CSVLogger(Logger):
         self._name = name or ""
         self._version = version
         self._flush_every = flush_logs_every_n_steps
+        self._prefix = prefix
         self._rows: list[dict[str, Any]] = []
         self._columns: list[str] = []
         self._written_columns: list[str] | None = None
@@ -123,6 +129,8 @@ class CSVLogger(Logger):
     @override
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         """Buffer one row (``step`` plus the metrics); written every ``flush_logs_every_n_steps`` rows."""
+        if self._prefix:
+            metrics = {f"{self._prefix}-{key}": value for key, value in metrics.items()}
         row = {"step": step, **metrics}
         for key in row:
             if key not in self._columns:

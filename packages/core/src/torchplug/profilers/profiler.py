@@ -14,6 +14,7 @@ import contextlib
 import cProfile
 import functools
 import io
+import marshal
 import os
 import pstats
 import time
@@ -178,12 +179,18 @@ class AdvancedProfiler(Profiler):
         dirpath: See :class:`Profiler`.
         filename: See :class:`Profiler`.
         line_count_restriction: How many lines of each action's statistics to show (an int, or a fraction).
+        dump_stats: Also write each action's raw cProfile statistics, for ``snakeviz`` or
+            ``pstats``: ``{dirpath}/{stage}-{filename}-{action}.prof`` (``{stage}-{action}.prof``
+            without ``filename``; the run's log directory without ``dirpath``), one file per process.
     """
 
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None,
-                 line_count_restriction: float = 1.0) -> None:  # fmt: skip
+                 line_count_restriction: float = 1.0, dump_stats: bool = False) -> None:  # fmt: skip
         super().__init__(dirpath, filename)
+        if not isinstance(dump_stats, bool):
+            raise ValueError(f"AdvancedProfiler(dump_stats={dump_stats!r}): give True or False.")
         self.line_count_restriction = line_count_restriction
+        self.dump_stats = dump_stats
         self.profiled_actions: dict[str, cProfile.Profile] = {}
 
     def start(self, action_name: str) -> None:
@@ -206,7 +213,33 @@ class AdvancedProfiler(Profiler):
                 self.line_count_restriction
             )
             parts.append(f"Profile stats for: {name}\n{out.getvalue()}")
+        if self.dump_stats:
+            self._dump()
         return "\n".join(parts)
+
+    def setup(self, stage: str, local_rank: int | None = None, log_dir: str | None = None) -> None:
+        """Start a stage; with ``dump_stats``, refuse now when there is no directory to write the files to."""
+        super().setup(stage, local_rank, log_dir)
+        if self.dump_stats and not (self.dirpath or log_dir):
+            raise ValueError(
+                "AdvancedProfiler(dump_stats=True) has nowhere to write its .prof files: no dirpath, and the "
+                "run has no log directory. Hint: pass AdvancedProfiler(dirpath=...)."
+            )
+
+    def _dump(self) -> None:
+        directory = self.dirpath or self._log_dir
+        assert directory is not None, "setup() refused a profiler with nowhere to write"
+        import fsspec
+
+        rank = f"-{self._local_rank}" if self._local_rank else ""
+        stem = f"{self._stage}-{self.filename}" if self.filename else str(self._stage)
+        for name, profile in self.profiled_actions.items():
+            safe = "".join(c if c.isalnum() or c in "._-" else "_" for c in name)
+            fs, local = fsspec.url_to_fs(f"{directory.rstrip('/')}/{stem}-{safe}{rank}.prof")
+            fs.makedirs(fs._parent(local), exist_ok=True)
+            profile.create_stats()
+            with fs.open(local, "wb") as out:
+                marshal.dump(profile.stats, out)  # what Profile.dump_stats writes, through fsspec
 
     def teardown(self, stage: str | None) -> None:
         """Forget the statistics."""

@@ -90,8 +90,8 @@ class _RankZero:
 rank_zero_only = _RankZero()
 
 
-def rank_zero_warn(message: str, category: type[Warning] = UserWarning, stacklevel: int = 2) -> None:
-    """``warnings.warn`` on global rank 0 only."""
+def rank_zero_warn(message: str, stacklevel: int = 2, category: type[Warning] = UserWarning) -> None:
+    """``warnings.warn`` on global rank 0 only (``stacklevel`` second, as in Lightning's)."""
     if rank_zero_only.is_zero():
         warnings.warn(message, category, stacklevel=stacklevel + 1)
 

@@ -13,17 +13,18 @@ from torchplug.utilities.env_vars import env_int
 __all__ = ["capture_rng_states", "restore_rng_states", "seed_everything"]
 
 
-def seed_everything(seed: int | None = None, workers: bool = False) -> int:
+def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
     """Seed Python's ``random``, NumPy (when installed) and torch, and export ``TORCHPLUG_GLOBAL_SEED``.
 
     Args:
         seed: The seed; None reads ``TORCHPLUG_GLOBAL_SEED``, else picks one from the OS.
+        workers: Also export ``TORCHPLUG_SEED_WORKERS=1`` so that dataloader workers get distinct,
+            reproducible seeds.
+        verbose: Log ``Seed set to N`` (an info message of the ``torchplug`` logger, global rank 0).
 
     Raises:
         ValueError: ``seed`` is not an int from 0 to 2**32 - 1.
         SettingsError: ``TORCHPLUG_GLOBAL_SEED`` is set to something else.
-        workers: Also export ``TORCHPLUG_SEED_WORKERS=1`` so that dataloader workers get distinct,
-            reproducible seeds.
 
     Returns:
         The seed used.
@@ -43,6 +44,10 @@ def seed_everything(seed: int | None = None, workers: bool = False) -> int:
     except ImportError:
         pass
     torch.manual_seed(seed)  # also seeds every accelerator generator torch knows about
+    if verbose:
+        from torchplug.utilities.rank_zero import rank_zero_info
+
+        rank_zero_info(f"Seed set to {seed}")
     return seed
 
 
