@@ -88,3 +88,25 @@ def test_lightnings_positional_parameters_come_first_in_the_same_order(name: str
     if not got:
         return  # keyword-only here: a positional call is refused with a TypeError, never misread
     assert got[: len(expected)] == expected, f"{name}: Lightning {expected}, torchplug {got}"
+
+
+#: Lightning keywords that torchplug does not take: a call with one fails with a TypeError naming it.
+NOT_TAKEN = {
+    "torchplug.strategies.Strategy": {"precision_plugin"},  # torchplug's name: precision=
+    "torchplug.strategies.ParallelStrategy": {"precision_plugin"},
+    "torchplug.strategies.SingleDeviceStrategy": {"precision_plugin"},
+    "torchplug.utilities.rank_zero_info": {"stacklevel"},  # a log record, not a warning: no stack level
+}
+
+
+@pytest.mark.parametrize(("name", "theirs", "ours"), pairs(), ids=lambda value: value if isinstance(value, str) else "")
+def test_lightnings_keywords_are_taken(name: str, theirs: Any, ours: Any) -> None:
+    try:
+        expected, got = inspect.signature(theirs).parameters, inspect.signature(ours).parameters
+    except (TypeError, ValueError):
+        pytest.skip("no signature to compare (a builtin)")
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in got.values()):
+        return  # ours takes any keyword, and checks them (tests/core names the refusals)
+    plain = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    missing = {n for n, p in expected.items() if n != "self" and p.kind not in plain and n not in got}
+    assert missing <= NOT_TAKEN.get(name, set()), f"{name} does not take Lightning's {sorted(missing)}"
