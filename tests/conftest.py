@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import signal
 from collections.abc import Iterator
 
 import pytest
@@ -10,6 +11,13 @@ import pytest
 # Our own suite must notice any plugin that fails to load, and must not depend on
 # whatever plugins happen to be installed beside it beyond the ones it tests.
 os.environ.setdefault("TORCHPLUG_STRICT_PLUGINS", "1")
+
+# The signal tests send SIGINT as Ctrl+C does to a job in the foreground. A run started in the
+# background (``cmd &`` in a script, nohup) inherits SIGINT ignored, which the Trainer honours (it
+# keeps a handler already installed), and so would every process the tests start: give this
+# process Python's own handler back, which its children then get too.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.fixture(autouse=True)
