@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -280,6 +282,14 @@ class _Halving:
         self.optimizer = optimizer
 
 
+class _Stepping(_Halving):
+    """A scheduler with a ``step`` but no state to save."""
+
+    def step(self) -> None:
+        for group in self.optimizer.param_groups:
+            group["lr"] /= 2
+
+
 def _returning(case: str, module: torch.nn.Module) -> Any:
     optimizer = _sgd(module)
     if case == "scheduler-class":
@@ -290,6 +300,8 @@ def _returning(case: str, module: torch.nn.Module) -> Any:
         return [optimizer], [torch.optim.lr_scheduler.StepLR(_sgd(module), 1)]
     if case == "custom-scheduler-without-step":
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": _Halving(optimizer)}}
+    if case == "custom-scheduler-without-state-dict":
+        return {"optimizer": optimizer, "lr_scheduler": _Stepping(optimizer)}
     config = {"scheduler": _plateau(optimizer), "monitor": "x"}
     config.update({"strict": "no"} if case == "strict-as-a-string" else {"frequency": True})
     return {"optimizer": optimizer, "lr_scheduler": config}
@@ -332,6 +344,26 @@ def test_a_scheduler_that_could_never_step_what_is_trained_is_refused_at_setup(c
     with pytest.raises(torchplug.MisconfigurationError) as info:
         _fit({"max_steps": 1}, model=Bad())
     assert message in str(info.value)
+
+
+def test_a_scheduler_without_state_is_refused_where_checkpoints_are_saved_and_warned_elsewhere(tmp_path: Path) -> None:
+    class Stateless(Classifier):
+        def configure_optimizers(self) -> Any:
+            return _returning("custom-scheduler-without-state-dict", self)
+
+    expected = (
+        "lr_scheduler=_Stepping has no state_dict() and no load_state_dict(), so no checkpoint can hold it "
+        "and no resume restore it"
+    )
+    with pytest.raises(torchplug.MisconfigurationError, match=re.escape(expected + ", and this run saves")):
+        _fit({"max_steps": 1, "enable_checkpointing": True, "default_root_dir": str(tmp_path)}, model=Stateless())
+
+    with pytest.warns(UserWarning, match=re.escape(expected + ": trainer.save_checkpoint() and the checkpoint")):
+        trainer, _ = _fit({"max_steps": 2}, model=Stateless())
+    assert trainer.global_step == 2  # it trains
+    with pytest.raises(torchplug.MisconfigurationError, match=r"Cannot save a checkpoint: lr_scheduler=_Stepping"):
+        trainer.save_checkpoint(tmp_path / "x.ckpt")
+    assert not (tmp_path / "x.ckpt").exists()
 
 
 def test_manual_optimization() -> None:

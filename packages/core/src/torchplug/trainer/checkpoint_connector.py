@@ -89,7 +89,7 @@ class CheckpointConnector:
         accumulate = trainer.batches_per_optimizer_step if trainer.module.automatic_optimization else 1
         checkpoint["loops"] = {"fit": fit_state, **lightning_loops(fit_state, trainer.num_training_batches, accumulate)}
         checkpoint["optimizer_states"] = [strategy.optimizer_state(o) for o in trainer.optimizers]
-        checkpoint["lr_schedulers"] = [config.scheduler.state_dict() for config in trainer.lr_scheduler_configs]
+        checkpoint["lr_schedulers"] = [_scheduler_state(config.scheduler) for config in trainer.lr_scheduler_configs]
         precision_state = checkpoint["precision"] = strategy.precision.state_dict()
         if precision_state:  # where Lightning keeps it: under the precision's class name
             checkpoint[type(strategy.precision).__qualname__] = precision_state
@@ -428,3 +428,13 @@ def load_gradients(module: torch.nn.Module, gradients: list[torch.Tensor | None]
     """Put back gradients saved by :func:`gradients_of`."""
     for param, grad in zip(module.parameters(), gradients):
         param.grad = None if grad is None else grad.to(param.device, param.dtype)
+
+
+def _scheduler_state(scheduler: Any) -> Any:
+    state_dict = getattr(scheduler, "state_dict", None)
+    if not callable(state_dict):  # accepted with a warning when the run itself saves no checkpoints
+        raise MisconfigurationError(
+            f"Cannot save a checkpoint: lr_scheduler={type(scheduler).__name__} has no state_dict(). Hint: give it "
+            "state_dict() and load_state_dict(state), as torch's schedulers have."
+        )
+    return state_dict()

@@ -150,12 +150,15 @@ def _scheduler_config(value: Any, automatic: bool) -> LRSchedulerConfig:
     return config
 
 
-def _check_schedulers(optimizers: list[Optimizer], configs: list[LRSchedulerConfig], module: Any) -> None:
+def _check_schedulers(
+    optimizers: list[Optimizer], configs: list[LRSchedulerConfig], module: Any, saves_checkpoints: bool
+) -> None:
     """Refuse a scheduler that could never step, or that steps an optimizer the Trainer does not use.
 
     Raises:
         MisconfigurationError: A scheduler class (or another object) without a ``step()`` the default
-            ``lr_scheduler_step`` could call, or a scheduler of another optimizer.
+            ``lr_scheduler_step`` could call, one without ``state_dict()``/``load_state_dict()`` in a
+            run that saves checkpoints (without them: a warning), or a scheduler of another optimizer.
     """
     from torchplug.core.module import Module
     from torchplug.trainer.hooks import is_overridden
@@ -171,6 +174,22 @@ def _check_schedulers(optimizers: list[Optimizer], configs: list[LRSchedulerConf
                 f"instance built on your optimizer ({name}(optimizer, ...)), or override lr_scheduler_step to step "
                 "it yourself."
             )
+        stateless = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(scheduler, m, None))]
+        if stateless:
+            message = (
+                f"lr_scheduler={name} has no {' and no '.join(f'{m}()' for m in stateless)}, so no checkpoint "
+                "can hold it and no resume restore it"
+            )
+            hint = (
+                "Hint: give it state_dict() returning its state (a dict, {} when it has none) and "
+                "load_state_dict(state), as torch's schedulers have."
+            )
+            if saves_checkpoints:
+                raise MisconfigurationError(
+                    f"{message}, and this run saves checkpoints (ModelCheckpoint). {hint} Or pass "
+                    "enable_checkpointing=False."
+                )
+            rank_zero_warn(f"{message}: trainer.save_checkpoint() and the checkpoint of a SIGTERM will fail. {hint}")
         optimizer = getattr(scheduler, "optimizer", None)
         if isinstance(optimizer, Optimizer) and all(optimizer is not o for o in optimizers):
             raise MisconfigurationError(
@@ -192,7 +211,7 @@ def configure_optimizers(trainer: Trainer) -> list[Optimizer]:
     """
     module = trainer.module
     optimizers, configs = parse_optimizers(module.configure_optimizers(), module.automatic_optimization)
-    _check_schedulers(optimizers, configs, module)
+    _check_schedulers(optimizers, configs, module, saves_checkpoints=bool(trainer.checkpoint_callbacks))
     trainer.optimizers, trainer.lr_scheduler_configs = optimizers, configs
     if module.automatic_optimization and len(trainer.optimizers) > 1:
         raise MisconfigurationError(
