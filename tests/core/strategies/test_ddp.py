@@ -137,6 +137,16 @@ def test_no_warning_is_printed(launched: Launched, strategy: str) -> None:
     assert "UserWarning" not in result.output, result.tail()
 
 
+@pytest.mark.parametrize(("data", "warned"), [("stream", True), ("stream-sharded", False)])
+def test_a_stream_every_process_reads_whole_is_said(tmp_path: Path, data: str, warned: bool) -> None:
+    # An IterableDataset gets no DistributedSampler: unsharded, every rank trains on the same batches.
+    result = train(tmp_path, "--strategy", "ddp", "--epochs", "1", "--data", data, "--root", str(tmp_path / "root"))
+    assert result.returncode == 0, result.tail()
+    said = "Every one of the 2 processes got the same first training batch: the data is not sharded"
+    assert (said in result.output) is warned, result.tail()
+    assert result.output.count(said) <= 1  # once, from rank 0
+
+
 def test_the_three_launchers_give_bit_identical_weights(launched: Launched) -> None:
     hashes = {strategy: rank_records(launched(strategy)[0])[0]["hash"] for strategy in LAUNCHERS}
     assert len(set(hashes.values())) == 1, hashes

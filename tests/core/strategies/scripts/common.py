@@ -20,11 +20,13 @@ import json
 import os
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+import torch.distributed as dist
+from torch.utils.data import DataLoader, IterableDataset, TensorDataset
 
 import torchplug
 from torchplug.callbacks.callback import Callback
@@ -46,6 +48,25 @@ def dataset(n: int = 64, seed: int = 7) -> TensorDataset:
 def loader(n: int = 64, batch_size: int = 8, shuffle: bool = True) -> DataLoader[Any]:
     """A plain DataLoader over :func:`dataset` (the Trainer adds the DistributedSampler)."""
     return DataLoader(dataset(n), batch_size=batch_size, shuffle=shuffle)
+
+
+class Stream(IterableDataset[tuple[torch.Tensor, torch.Tensor]]):
+    """:func:`dataset` as a stream; ``sharded``: each process reads every world_size-th sample from its rank."""
+
+    def __init__(self, n: int, sharded: bool) -> None:
+        self.data, self.sharded = dataset(n), sharded
+
+    def __iter__(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+        start, step = 0, 1
+        if self.sharded and dist.is_available() and dist.is_initialized():
+            start, step = dist.get_rank(), dist.get_world_size()
+        for index in range(start, len(self.data), step):
+            yield self.data[index]
+
+
+def stream_loader(n: int = 64, batch_size: int = 8, sharded: bool = False) -> DataLoader[Any]:
+    """A DataLoader over :class:`Stream` (no sampler: the Trainer cannot shard it)."""
+    return DataLoader(Stream(n, sharded), batch_size=batch_size)
 
 
 def mlp(unused: bool = False) -> torch.nn.Module:

@@ -80,6 +80,9 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--record-restored", action="store_true", help="restored_rank<R>.pt at the first batch")
     parser.add_argument("--top-k", type=int, default=-1, help="ModelCheckpoint(save_top_k=...) with --checkpoint")
     parser.add_argument("--manual", action="store_true", help="manual optimization (--clip through clip_gradients)")
+    parser.add_argument(
+        "--data", default="map", choices=("map", "stream", "stream-sharded"), help="a map-style dataset or a stream"
+    )
     return parser.parse_args(argv)
 
 
@@ -165,7 +168,11 @@ def main(argv: list[str] | None = None) -> None:
             optimizer=args.optimizer,
         )
     try:
-        trainer.fit(model, common.loader(args.samples, args.batch_size), ckpt_path=args.resume)
+        if args.data == "map":
+            data = common.loader(args.samples, args.batch_size)
+        else:
+            data = common.stream_loader(args.samples, args.batch_size, sharded=args.data == "stream-sharded")
+        trainer.fit(model, data, ckpt_path=args.resume)
     except Exception as exc:
         if args.catch:
             common.write_error(args.out, exc)

@@ -47,6 +47,10 @@ class ParallelStrategy(Strategy):
     """
 
     is_distributed: ClassVar[bool] = True
+    #: Each process trains on other data (data parallelism): ``fit`` compares the first training batch
+    #: of every process once and warns when they are all the same (unsharded data). A strategy whose
+    #: processes are meant to share batches (tensor or pipeline parallelism) sets it False.
+    distinct_batches: ClassVar[bool] = True
 
     def __init__(
         self,

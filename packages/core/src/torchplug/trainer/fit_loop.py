@@ -23,6 +23,7 @@ from torchplug.trainer.metrics import BATCH_TRAIN, EPOCH
 from torchplug.trainer.nonfinite import LossCheck
 from torchplug.trainer.optimization import automatic_step, manual_backward, manual_optimizers, manual_step
 from torchplug.trainer.schedulers import SchedulerStepper
+from torchplug.trainer.shard_check import warn_if_every_process_got_the_same_batch
 from torchplug.trainer.states import FitProgress, RunningStage
 from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
@@ -109,6 +110,7 @@ class FitLoop:
         self._logs = False  # this process has loggers
         self._validates = False  # fit validates (data, batches, validation_step)
         self._check_loss_every = 0  # check the loss every this many batches (nonfinite_loss="raise")
+        self._compare_shards = True  # the first batch is still to be compared across processes
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -280,6 +282,7 @@ class FitLoop:
     def run(self) -> None:
         """Train until :meth:`done`."""
         trainer = self.trainer
+        self._compare_shards = True
         # As in Lightning: train_dataloader() here, after the sanity check, then val_dataloader() unless it ran
         self._data.setup_train()
         self._data.setup_val()
@@ -413,6 +416,11 @@ class FitLoop:
         if self._resume_gradients is not None:
             load_gradients(self.trainer.module, self._resume_gradients)
             self._resume_gradients = None
+        strategy = self.trainer.strategy
+        if self._compare_shards and not progress.batches_done and getattr(strategy, "distinct_batches", False):
+            self._compare_shards = False  # once per fit: the first epoch that starts from its first batch
+            if self.trainer.world_size > 1:
+                iterator = warn_if_every_process_got_the_same_batch(self.trainer, iterator)
         return iterator
 
     def _run_batches(self, iterator: Iterator[Any]) -> None:
