@@ -72,9 +72,11 @@ def warn_if_every_process_got_the_same_batch(trainer: Trainer, iterator: Iterato
         rest = itertools.chain([first], iterator)
         fingerprint = _fingerprint(first)
     strategy = trainer.strategy
-    gathered = strategy.all_gather(fingerprint.to(strategy.root_device)).to("cpu")
-    values = gathered.reshape(trainer.world_size, -1)
-    if bool(torch.isfinite(values).all()) and bool((values == values[0]).all()):
+    # float32 on the wire: every backend gathers it (XLA and others emulate float64, if at all).
+    gathered = strategy.all_gather(fingerprint.to(strategy.root_device, torch.float32)).to("cpu")
+    values = gathered.reshape(-1, 2)
+    every = values.shape[0] == trainer.world_size  # (a strategy whose all_gather returned less: no verdict)
+    if every and bool(torch.isfinite(values).all()) and bool((values == values[0]).all()):
         rank_zero_warn(
             f"Every one of the {trainer.world_size} processes got the same first training batch: the data is not "
             "sharded, so each process trains on all of it (every sample counts world_size times, and an epoch "
