@@ -273,6 +273,7 @@ def test_the_pytorch_profiler_writes_a_chrome_trace_and_groups_by_input_shapes(t
         ({"record_module_names": True}, r"record_module_names=True\) is not supported"),
         ({"export_to_chrome": "yes"}, r"export_to_chrome='yes'\): give True or False"),
         ({"record_shape": True}, r"torch.profiler.profile takes no record_shape\. It takes: .*record_shapes"),
+        ({"group_by_input_shapes": True, "record_shapes": False}, r"needs them recorded"),
     ],
 )
 def test_the_pytorch_profiler_refuses_what_it_would_not_honour(kwargs, match):

@@ -41,6 +41,8 @@ class EarlyStopping(Callback):
         min_delta: The smallest change that counts as an improvement.
         patience: Checks without improvement before stopping (a resumed fit keeps this value,
             with a warning when the checkpoint was written with another).
+        verbose: Print the reason of every improvement and of the stop; with several processes
+            each prints its own, prefixed ``[rank: N]`` (as Lightning does).
         mode: ``"min"`` (lower is better) or ``"max"``.
         strict: Raise when ``monitor`` was not logged (False: warn and skip the check).
         check_finite: Stop when the value becomes NaN or infinite.
@@ -50,8 +52,6 @@ class EarlyStopping(Callback):
             validation (False). None: at the end of the training epoch when validation runs exactly
             once per epoch (or not at all), as Lightning decides.
         log_rank_zero_only: With ``verbose``, only global rank 0 prints.
-        verbose: Print the reason of every improvement and of the stop; with several processes
-            each prints its own, prefixed ``[rank: N]`` (as Lightning does).
 
     Raises:
         MisconfigurationError: An unknown ``mode``, a ``patience`` that is not an int >= 0, a

@@ -7,6 +7,7 @@ import os
 from typing import Any
 
 from torchplug.profilers.profiler import Profiler
+from torchplug.utilities.rank_zero import rank_zero_warn
 
 __all__ = ["PyTorchProfiler"]
 
@@ -37,6 +38,9 @@ class PyTorchProfiler(Profiler):
     Raises:
         ValueError: ``emit_nvtx=True``, ``record_module_names=True``, a switch that is not a bool, or
             a keyword that ``torch.profiler.profile`` does not take.
+
+    Attributes:
+        trace_path: Where the last Chrome trace was written, or ``""``.
     """
 
     def __init__(
@@ -83,7 +87,12 @@ class PyTorchProfiler(Profiler):
                 f"It takes: {', '.join(sorted(accepted))}."
             )
         if group_by_input_shapes:
-            profiler_kwargs.setdefault("record_shapes", True)
+            if profiler_kwargs.get("record_shapes") is False:
+                raise ValueError(
+                    "PyTorchProfiler(group_by_input_shapes=True, record_shapes=False): grouping by input shapes "
+                    "needs them recorded. Hint: drop record_shapes=False."
+                )
+            profiler_kwargs["record_shapes"] = True
         self.group_by_input_shapes = group_by_input_shapes
         self.export_to_chrome = export_to_chrome
         self.sort_by_key = sort_by_key or "cpu_time_total"
@@ -120,7 +129,10 @@ class PyTorchProfiler(Profiler):
             self.stop(name)
         self._profiler.__exit__(None, None, None)
         if self.export_to_chrome:
-            self._export_trace()
+            try:
+                self._export_trace()
+            except Exception as exc:  # the table is still worth having; say why there is no trace
+                rank_zero_warn(f"PyTorchProfiler: the Chrome trace could not be written: {type(exc).__name__}: {exc}")
         averages = self._profiler.key_averages(group_by_input_shape=self.group_by_input_shapes)
         self._table = averages.table(sort_by=self.sort_by_key, row_limit=self.row_limit, **self.table_kwargs)
         return str(self._table)

@@ -50,9 +50,10 @@ def _fingerprint(batch: Any) -> torch.Tensor:
         flat = tensor.detach().reshape(-1)
         if flat.is_complex():
             flat = torch.view_as_real(flat).reshape(-1)
-        flat = flat.to("cpu", torch.float64)
-        total += flat.sum()
-        head = flat[:_SAMPLED]
+        if flat.dtype == torch.bool:
+            flat = flat.view(torch.uint8)
+        total += flat.sum(dtype=torch.float64).to("cpu")  # summed where it is, without a float64 copy
+        head = flat[:_SAMPLED].to("cpu", torch.float64)
         weighted += (head * torch.arange(1, head.numel() + 1, dtype=torch.float64)).sum()
     return torch.stack([total, weighted])
 
@@ -66,7 +67,7 @@ def warn_if_every_process_got_the_same_batch(trainer: Trainer, iterator: Iterato
     try:
         first = next(iterator)
     except StopIteration:
-        first, rest = None, iterator
+        rest: Iterator[Any] = iterator
         fingerprint = torch.full((2,), float("nan"), dtype=torch.float64)
     else:
         rest = itertools.chain([first], iterator)
