@@ -220,3 +220,9 @@ def test_positional_arguments_mean_what_they_mean_in_lightning():
 def test_a_switch_that_is_not_a_bool_is_refused_by_name(name):
     with pytest.raises(MisconfigurationError, match=rf"EarlyStopping\({name}='False'\): give True or False"):
         EarlyStopping(monitor="val_loss", **{name: "False"})
+
+
+@pytest.mark.parametrize("monitor", [None, "", 3])
+def test_a_monitor_that_is_not_a_metric_name_is_refused(monitor):
+    with pytest.raises(MisconfigurationError, match=rf"EarlyStopping\(monitor={monitor!r}\) is not valid"):
+        EarlyStopping(monitor=monitor)

@@ -574,3 +574,9 @@ def test_positional_arguments_mean_what_they_mean_in_lightning() -> None:
 def test_a_switch_that_is_not_a_bool_is_refused_by_name(name: str) -> None:
     with pytest.raises(MisconfigurationError, match=rf"ModelCheckpoint\({name}='False'\): give True or False"):
         ModelCheckpoint(**{name: "False"})
+
+
+@pytest.mark.parametrize(("kwargs", "shown"), [({"monitor": 5}, "monitor=5"), ({"filename": ""}, "filename=''")])
+def test_a_monitor_or_filename_that_is_not_a_string_is_refused(kwargs: dict[str, Any], shown: str) -> None:
+    with pytest.raises(MisconfigurationError, match=rf"ModelCheckpoint\({shown}\) is not valid: give a non-empty"):
+        ModelCheckpoint(**kwargs)

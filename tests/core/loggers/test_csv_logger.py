@@ -154,3 +154,15 @@ def test_prefix_is_put_before_every_metric_name_and_is_the_fourth_positional_arg
 def test_a_prefix_that_is_not_a_string_is_refused():
     with pytest.raises(MisconfigurationError, match=r"CSVLogger\(prefix=100\) is not valid"):
         CSVLogger(".", "exp", None, 100)  # type: ignore[arg-type]  # a flush interval in the prefix's place
+
+
+@pytest.mark.parametrize("version", [-4, 1.5, "", True])
+def test_a_version_that_names_no_version_directory_is_refused(tmp_path, version):
+    from torchplug.loggers.tensorboard import TensorBoardLogger
+
+    for logger in (CSVLogger, TensorBoardLogger):
+        with pytest.raises(MisconfigurationError, match=rf"{logger.__name__}\(version={version!r}\) is not valid"):
+            logger(str(tmp_path), version=version)
+    made = CSVLogger(str(tmp_path))
+    with pytest.raises(MisconfigurationError, match="is not valid"):
+        made.version = version  # the setter checks too

@@ -82,6 +82,11 @@ class EarlyStopping(Callback):
         log_rank_zero_only: bool = False,
     ) -> None:
         # The parameters are in Lightning 2.6's order, so that its positional calls mean the same here.
+        if not isinstance(monitor, str) or not monitor:
+            raise MisconfigurationError(
+                f"EarlyStopping(monitor={monitor!r}) is not valid: give the name of a logged metric (a string), "
+                "for example monitor='val_loss'."
+            )
         _check_arguments(mode, patience, min_delta, stopping_threshold, divergence_threshold)
         switches = {"verbose": verbose, "strict": strict, "check_finite": check_finite}
         for name, value in {**switches, "log_rank_zero_only": log_rank_zero_only}.items():

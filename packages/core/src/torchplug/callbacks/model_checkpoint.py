@@ -140,6 +140,11 @@ class ModelCheckpoint(Callback):
     ) -> None:
         # The parameters are in Lightning 2.6's order, so that its positional calls mean the same here.
         _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs, train_time_interval)
+        for name, text in (("monitor", monitor), ("filename", filename)):
+            if text is not None and (not isinstance(text, str) or not text):
+                raise MisconfigurationError(
+                    f"ModelCheckpoint({name}={text!r}) is not valid: give a non-empty string (or None)."
+                )
         _check_flags(
             verbose=verbose,
             save_on_exception=save_on_exception,

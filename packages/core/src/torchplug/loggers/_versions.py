@@ -27,6 +27,24 @@ def numbered_versions(fs: Any, root: str) -> list[str]:
     return [name for name in names if name.startswith(_PREFIX) and name[len(_PREFIX) :].isdigit()]
 
 
+def check_version(owner: str, version: Any) -> None:
+    """Refuse a run version that names no directory this layout can find again (a negative, a float...).
+
+    Raises:
+        MisconfigurationError: ``version`` is not None, an int >= 0 or a non-empty string.
+    """
+    if version is None or (isinstance(version, str) and version):
+        return
+    if isinstance(version, int) and not isinstance(version, bool) and version >= 0:
+        return
+    from torchplug._errors import MisconfigurationError
+
+    raise MisconfigurationError(
+        f"{owner}(version={version!r}) is not valid: give None (the next free version_<n>), an int >= 0 "
+        "(version_<n>) or a non-empty string (the directory's name)."
+    )
+
+
 def version_folder(version: int | str) -> str:
     """The directory name of a run: ``version_<n>`` for a number, the string itself otherwise."""
     return version if isinstance(version, str) else f"{_PREFIX}{version}"

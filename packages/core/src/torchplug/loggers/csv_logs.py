@@ -10,7 +10,7 @@ from typing import Any
 from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
-from torchplug.loggers._versions import next_version, numbered_versions, version_folder, write_hparams
+from torchplug.loggers._versions import check_version, next_version, numbered_versions, version_folder, write_hparams
 from torchplug.loggers.logger import Logger
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -54,6 +54,7 @@ class CSVLogger(Logger):
             )
         self._save_dir = os.fspath(save_dir)
         self._name = name or ""
+        check_version("CSVLogger", version)
         self._version = version
         self._flush_every = flush_logs_every_n_steps
         self._prefix = prefix
@@ -87,6 +88,7 @@ class CSVLogger(Logger):
 
     @version.setter
     def version(self, value: int | str) -> None:
+        check_version("CSVLogger", value)
         self._version = value
 
     @property

@@ -12,7 +12,7 @@ from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.loggers._availability import tensorboard_available
-from torchplug.loggers._versions import next_version, numbered_versions, version_folder, write_hparams
+from torchplug.loggers._versions import check_version, next_version, numbered_versions, version_folder, write_hparams
 from torchplug.loggers.logger import Logger, flatten_params, metric_value
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -90,6 +90,7 @@ class TensorBoardLogger(Logger):
             _check_writer_kwargs(writer_kwargs)
         self._save_dir = os.fspath(save_dir)
         self._name = name or ""
+        check_version("TensorBoardLogger", version)
         self._version = version
         self._log_graph = log_graph
         self._default_hp_metric = default_hp_metric
@@ -119,6 +120,7 @@ class TensorBoardLogger(Logger):
 
     @version.setter
     def version(self, value: int | str) -> None:
+        check_version("TensorBoardLogger", value)
         self._version = value
 
     @property
