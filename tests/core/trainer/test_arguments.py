@@ -72,7 +72,7 @@ def test_a_bad_value_is_refused_at_construction_naming_it(kwargs: dict[str, Any]
     [
         _case({"gradient_clip_val": 0}, "gradient_clip_val", None),
         _case({"gradient_clip_val": 2}, "gradient_clip_val", 2.0),
-        _case({"gradient_clip_algorithm": "VALUE"}, "gradient_clip_algorithm", "value"),
+        _case({"gradient_clip_val": 1, "gradient_clip_algorithm": "VALUE"}, "gradient_clip_algorithm", "value"),
         _case({"gradient_clip_algorithm": None}, "gradient_clip_algorithm", "norm"),
         _case({"fast_dev_run": True}, "fast_dev_run", 1),
         _case({"nonfinite_loss": "Skip"}, "nonfinite_loss", "skip"),
@@ -102,6 +102,7 @@ def test_devices_minus_one_on_the_cpu_is_refused_as_the_readme_says() -> None:
     [
         _case({"min_epochs": 5, "max_epochs": 2}, "min_epochs=5 is more than max_epochs=2: training stops at max_"),
         _case({"min_steps": 100, "max_steps": 10}, "min_steps=100 is more than max_steps=10: training stops at max_"),
+        _case({"gradient_clip_algorithm": "value"}, "gradient_clip_algorithm='value' has no effect: gradient_clip_val"),
     ],
 )
 def test_a_minimum_above_its_maximum_is_announced(kwargs: dict[str, Any], message: str) -> None:

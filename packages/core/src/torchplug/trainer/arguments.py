@@ -111,11 +111,23 @@ def check_clip_val(value: Any) -> float | None:
     return float(value)
 
 
-def check_clip_algorithm(value: Any) -> str:
-    """``gradient_clip_algorithm``: ``"norm"`` (default when None) or ``"value"``."""
+def check_clip_algorithm(value: Any, clip_val: float | None = None) -> str:
+    """``gradient_clip_algorithm``: ``"norm"`` (default when None) or ``"value"``; said when nothing is clipped.
+
+    ``clip_val``: the checked ``gradient_clip_val`` (None: no clipping), so that an algorithm given
+    without a threshold is warned about rather than silently unused.
+    """
     if value is None:
         return "norm"
     if isinstance(value, str) and value.lower() in ("norm", "value"):
+        if clip_val is None:
+            from torchplug.utilities.rank_zero import rank_zero_warn
+
+            rank_zero_warn(
+                f"gradient_clip_algorithm={value!r} has no effect: gradient_clip_val is not set, so the Trainer "
+                "clips nothing (a configure_gradient_clipping override still receives both). Hint: pass "
+                "gradient_clip_val=..., or drop gradient_clip_algorithm."
+            )
         return value.lower()
     raise MisconfigurationError(f"gradient_clip_algorithm={value!r}: choose 'norm' or 'value'.")
 

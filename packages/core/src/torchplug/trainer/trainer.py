@@ -210,7 +210,7 @@ class Trainer(TrainerProperties):
         self.log_every_n_steps: int = check.check_int("log_every_n_steps", log_every_n_steps, 1, (None,)) or 50
         self.accumulate_grad_batches: int = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)
         self.gradient_clip_val = check.check_clip_val(gradient_clip_val)
-        self.gradient_clip_algorithm = check.check_clip_algorithm(gradient_clip_algorithm)
+        self.gradient_clip_algorithm = check.check_clip_algorithm(gradient_clip_algorithm, self.gradient_clip_val)
         self.inference_mode: bool = check.check_bool("inference_mode", inference_mode)
         self.use_distributed_sampler: bool = check.check_bool("use_distributed_sampler", use_distributed_sampler)
         self.deterministic = check.check_bool("deterministic", deterministic, (None, "warn"))
