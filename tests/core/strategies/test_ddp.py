@@ -147,6 +147,18 @@ def test_a_stream_every_process_reads_whole_is_said(tmp_path: Path, data: str, w
     assert result.output.count(said) <= 1  # once, from rank 0
 
 
+@pytest.mark.parametrize(("samples", "repeated"), [(65, 1), (64, 0)])
+def test_a_test_set_the_shards_repeat_samples_of_is_said(tmp_path: Path, samples: int, repeated: int) -> None:
+    # torch's DistributedSampler pads 65 samples to 2 x 33: one sample is tested (and averaged) twice.
+    result = train(
+        tmp_path, "--strategy", "ddp", "--epochs", "1", "--test", str(samples), "--root", str(tmp_path / "root")
+    )
+    assert result.returncode == 0, result.tail()
+    said = f"trainer.test(): the DistributedSampler repeats {repeated} of the {samples} samples"
+    assert (said in result.output) is bool(repeated), result.tail()
+    assert "repeats" not in result.output or repeated, result.tail()
+
+
 def test_the_three_launchers_give_bit_identical_weights(launched: Launched) -> None:
     hashes = {strategy: rank_records(launched(strategy)[0])[0]["hash"] for strategy in LAUNCHERS}
     assert len(set(hashes.values())) == 1, hashes

@@ -136,6 +136,10 @@ class Regressor(torchplug.Module):
             self.log("rank_local", value, on_step=True, on_epoch=True)
         return loss
 
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        x, y = batch
+        self.log("test_loss", torch.nn.functional.mse_loss(self(x), y), sync_dist=True)
+
     def configure_optimizers(self) -> torch.optim.Optimizer:
         if self.hparams.get("optimizer", "sgd") == "adam":
             return torch.optim.Adam(self.parameters(), lr=self.hparams.lr / 10)

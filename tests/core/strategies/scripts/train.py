@@ -80,6 +80,7 @@ def parse(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--record-restored", action="store_true", help="restored_rank<R>.pt at the first batch")
     parser.add_argument("--top-k", type=int, default=-1, help="ModelCheckpoint(save_top_k=...) with --checkpoint")
     parser.add_argument("--manual", action="store_true", help="manual optimization (--clip through clip_gradients)")
+    parser.add_argument("--test", type=int, default=0, help="after fit, trainer.test() on this many samples")
     parser.add_argument(
         "--data", default="map", choices=("map", "stream", "stream-sharded"), help="a map-style dataset or a stream"
     )
@@ -177,6 +178,8 @@ def main(argv: list[str] | None = None) -> None:
         if args.catch:
             common.write_error(args.out, exc)
         raise
+    if args.test:
+        trainer.test(model, common.loader(args.test, args.batch_size, shuffle=False), verbose=False)
     if args.save_ckpt:
         trainer.save_checkpoint(args.save_ckpt)
     common.write_main(args.out, trainer, model)

@@ -667,5 +667,36 @@ class DataConnector:
             )
         limit = getattr(trainer, f"limit_{prefix}_batches")
         limits = [limit_batches(num_batches(d), limit, f"limit_{prefix}_batches") for d in loaders]
+        if not predicting:
+            _warn_if_padded(fn.value, loaders)
         self.eval_batches[fn] = limits
         return loaders, limits
+
+
+def _padding(loader: Any) -> tuple[int, int]:
+    """(samples a DistributedSampler repeats to even the shards, samples it shares out) of ``loader``; (0, 0): none."""
+    sampler = getattr(loader, "sampler", None)
+    batch_sampler = getattr(loader, "batch_sampler", None)
+    if not isinstance(sampler, (DistributedSampler, DistributedSamplerWrapper)) and batch_sampler is not None:
+        sampler = getattr(batch_sampler, "sampler", None)  # a batch sampler of the user's, rebuilt around one
+    if isinstance(sampler, DistributedSamplerWrapper):
+        sampler = sampler._positions
+    if not isinstance(sampler, DistributedSampler) or isinstance(sampler, UnrepeatedDistributedSampler):
+        return 0, 0
+    if sampler.drop_last:
+        return 0, 0
+    shared = len(cast(Sized, sampler.dataset))  # a sized dataset: the sampler took its length
+    return max(0, sampler.total_size - shared), shared
+
+
+def _warn_if_padded(what: str, loaders: list[Any]) -> None:
+    """``validate``/``test`` over several processes: say when the shards repeat samples (their metrics count twice)."""
+    for index, loader in enumerate(loaders):
+        repeated, shared = _padding(loader)
+        if repeated:
+            which = f" (dataloader {index})" if len(loaders) > 1 else ""
+            rank_zero_warn(
+                f"trainer.{what}(){which}: the DistributedSampler repeats {repeated} of the {shared} samples to give "
+                f"every process an equal share, so metrics over the whole set count them twice. Hint: run "
+                f"{what} on one device (Trainer(devices=1)), or use a dataset whose size divides evenly."
+            )
