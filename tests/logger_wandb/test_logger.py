@@ -107,9 +107,21 @@ def test_the_logger_version_is_the_run_id_from_the_start(tmp_path: Path) -> None
     [
         ({"log_model": "best"}, r"log_model='best'\): give True, False or 'all'"),
         ({"version": "a", "id": "b"}, r"both name the run id; give one of them"),
+        ({"add_file_policy": "copy"}, r"add_file_policy='copy'\): give 'mutable' or 'immutable'"),
     ],
-    ids=["log_model", "version-and-id"],
+    ids=["log_model", "version-and-id", "add_file_policy"],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, object], message: str) -> None:
     with pytest.raises(MisconfigurationError, match=message):
         WandbLogger(**kwargs)  # type: ignore[arg-type]
+
+
+def test_lightnings_add_file_policy_is_taken_and_the_logged_bytes_never_change(tmp_path: Path) -> None:
+    # "immutable" in Lightning uploads the file as it is at upload time; here the bytes are read when logged.
+    logger = WandbLogger(save_dir=tmp_path, offline=True, log_model="all", add_file_policy="immutable")
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpt", save_top_k=0, save_last=True)
+    trainer(tmp_path, logger, callbacks=[checkpoint]).fit(Regressor(), loader())
+    assert logger.add_file_policy == "immutable"
+    artifacts = read_run(run_files(tmp_path)[0]).artifacts
+    assert len(artifacts) == 2  # last.ckpt after each of the 2 epochs, each version its own bytes
+    assert len({a.manifest.contents[0].digest for a in artifacts}) == 2

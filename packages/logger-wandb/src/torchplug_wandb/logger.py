@@ -51,12 +51,17 @@ class WandbLogger(Logger):
         prefix: Put before every metric name, joined with ``-``.
         experiment: A run that already exists (from ``wandb.init``), used instead of starting one.
         checkpoint_name: The artifact name of the checkpoints.
+        add_file_policy: Lightning's choice between copying a checkpoint before the upload
+            (``"mutable"``) or not (``"immutable"``). Here the checkpoint's bytes are always read
+            when it is logged and written into the artifact, so a later save over the same file
+            never changes what was logged: both values give that, and are accepted for Lightning code.
         **kwargs: More arguments of ``wandb.init`` (``entity``, ``group``, ``tags``, ``notes``, ``config``,
             ``mode``, ``settings``...).
 
     Raises:
         WandbUnavailableError: wandb is not installed (the message says how to install it).
-        MisconfigurationError: ``log_model`` is not True, False or ``"all"``.
+        MisconfigurationError: ``log_model`` is not True, False or ``"all"``; ``add_file_policy`` is
+            not ``"mutable"`` or ``"immutable"``.
     """
 
     def __init__(
@@ -73,11 +78,17 @@ class WandbLogger(Logger):
         experiment: Any = None,
         prefix: str = "",
         checkpoint_name: str | None = None,
+        add_file_policy: Literal["mutable", "immutable"] = "mutable",
         **kwargs: Any,
     ) -> None:
         require()
         if log_model not in (True, False, "all"):
             raise MisconfigurationError(f"WandbLogger(log_model={log_model!r}): give True, False or 'all'.")
+        if add_file_policy not in ("mutable", "immutable"):
+            raise MisconfigurationError(
+                f"WandbLogger(add_file_policy={add_file_policy!r}): give 'mutable' or 'immutable'."
+            )
+        self.add_file_policy = add_file_policy
         if version is not None and id is not None and version != id:
             raise MisconfigurationError(
                 f"WandbLogger(version={version!r}, id={id!r}): both name the run id; give one of them."
