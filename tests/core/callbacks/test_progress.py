@@ -44,6 +44,24 @@ def test_quiet_when_the_stream_is_not_a_terminal(make_trainer, tiny_model, data,
     assert capsys.readouterr() == ("", "")
 
 
+def test_a_bar_hidden_because_the_output_is_no_terminal_is_said_once(
+    make_trainer, tiny_model, data, monkeypatch, caplog
+):
+    from torchplug.callbacks import progress
+
+    monkeypatch.delenv("TORCHPLUG_PROGRESS_BAR", raising=False)
+    monkeypatch.setattr(progress, "_ANNOUNCED", set())
+    with caplog.at_level("INFO", logger="torchplug"):
+        for _ in range(2):  # a second fit in the same process says nothing new
+            bar = TQDMProgressBar(stream=io.StringIO())
+            make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[bar]).fit(tiny_model(), data())
+    said = [r.getMessage() for r in caplog.records if "no progress bar" in r.getMessage()]
+    assert said == [
+        "TQDMProgressBar: no progress bar, the output is not a terminal. Set TORCHPLUG_PROGRESS_BAR=1 (or "
+        "TQDMProgressBar(force=True)) to draw it anyway, or enable_progress_bar=False to say it is not wanted."
+    ]
+
+
 def test_the_default_bar_is_quiet_under_a_captured_stdout(make_trainer, tiny_model, data, capsys, monkeypatch):
     monkeypatch.delenv("TORCHPLUG_PROGRESS_BAR", raising=False)
     trainer = make_trainer(max_epochs=1, enable_progress_bar=None)

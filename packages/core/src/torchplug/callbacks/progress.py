@@ -20,6 +20,23 @@ if TYPE_CHECKING:
 
 __all__ = ["ENV_VAR", "ProgressBar"]
 
+#: Progress bar classes whose hiding (output not a terminal) this process has announced.
+_ANNOUNCED: set[str] = set()
+
+
+def _say_hidden_once(name: str) -> None:
+    """Tell once per process that the bars are off because the output is not a terminal (a log file, a pipe)."""
+    if name in _ANNOUNCED:
+        return
+    _ANNOUNCED.add(name)
+    from torchplug.utilities.rank_zero import rank_zero_info
+
+    rank_zero_info(
+        f"{name}: no progress bar, the output is not a terminal. Set {ENV_VAR}=1 (or {name}(force=True)) "
+        "to draw it anyway, or enable_progress_bar=False to say it is not wanted."
+    )
+
+
 #: Set to 1 to show the bars even when the output is not a terminal (0 hides them everywhere).
 ENV_VAR = "TORCHPLUG_PROGRESS_BAR"
 
@@ -72,7 +89,10 @@ class ProgressBar(Callback):
         setting = env_bool(ENV_VAR, None)  # a value other than on/off/unset raises, naming the variable
         if setting is not None:
             return setting
-        return self._output_is_terminal()
+        terminal = self._output_is_terminal()
+        if not terminal:
+            _say_hidden_once(type(self).__name__)
+        return terminal
 
     def setup(self, trainer: Trainer, module: Module, stage: str) -> None:
         """Decide once per run whether the bars are shown."""
