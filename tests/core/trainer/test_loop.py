@@ -487,6 +487,9 @@ def test_loader_without_a_length_runs_to_exhaustion_and_validates_at_epoch_end()
     assert [epoch for epoch, _ in recorder.validations] == [0, 1]
 
 
+_ONE_RECORDER = Recorder()
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -496,6 +499,10 @@ def test_loader_without_a_length_runs_to_exhaustion_and_validates_at_epoch_end()
         ({"num_sanity_val_steps": -2}, "num_sanity_val_steps=-2: give an int >= 0, or -1 for all batches."),
         ({"deterministic": "sometimes"}, "deterministic='sometimes': choose True, False or 'warn'."),
         ({"callbacks": [object()]}, "which is not a torchplug Callback"),
+        (
+            {"callbacks": [_ONE_RECORDER, _ONE_RECORDER]},
+            "callbacks= holds the same Recorder object twice, so each of its hooks would run twice",
+        ),
     ],
 )
 def test_bad_trainer_arguments(kwargs: dict[str, Any], message: str) -> None:

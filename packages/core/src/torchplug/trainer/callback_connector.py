@@ -18,9 +18,16 @@ __all__ = ["add_feature_callbacks", "attach_model_callbacks", "build_callbacks",
 
 def _as_callbacks(callbacks: Callback | Iterable[Callback] | None, what: str) -> list[Callback]:
     given = [callbacks] if isinstance(callbacks, Callback) else list(callbacks or [])
+    seen: set[int] = set()
     for callback in given:
         if not isinstance(callback, Callback):
             raise MisconfigurationError(f"{what} holds {callback!r}, which is not a torchplug Callback.")
+        if id(callback) in seen:  # every hook of it would run twice per event
+            raise MisconfigurationError(
+                f"{what} holds the same {type(callback).__name__} object twice, so each of its hooks would run "
+                "twice. Hint: list it once (or make two instances if two are meant)."
+            )
+        seen.add(id(callback))
     return given
 
 
