@@ -268,6 +268,14 @@ def test_bad_logger_values_are_refused_naming_them(value: Any, message: str, tmp
         Trainer(**quiet(tmp_path, logger=value))
 
 
+def test_one_logger_object_listed_twice_is_refused(tmp_path: Path) -> None:
+    from torchplug.loggers.csv_logs import CSVLogger
+
+    logger = CSVLogger(str(tmp_path))
+    with pytest.raises(MisconfigurationError, match=r"logger= holds the same CSVLogger object twice"):
+        Trainer(**quiet(tmp_path, logger=[logger, logger]))
+
+
 def test_every_logger_hears_of_each_checkpoint_on_rank_zero(
     make_dist: MakeDist, new_host: Callable[..., PluginHost], tmp_path: Path
 ) -> None:

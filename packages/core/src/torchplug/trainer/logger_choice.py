@@ -48,7 +48,7 @@ def build_loggers(logger: Any, default_root_dir: str, host: PluginHost | None = 
         host: The plugins to look names up in (default: this process's).
 
     Raises:
-        MisconfigurationError: A value of another type, or one name given twice.
+        MisconfigurationError: A value of another type, or one name or Logger object given twice.
         UnknownPluginError: A name no installed plugin registers (with the package to install).
         PluginUnavailableError: A registered logger whose library is missing (with the install hint).
         BrokenPluginError, PluginConflictError: As for any plugin name.
@@ -64,6 +64,13 @@ def build_loggers(logger: Any, default_root_dir: str, host: PluginHost | None = 
         raise MisconfigurationError(
             f"logger= names {', '.join(map(repr, twice))} more than once: both would write the same run. "
             "Hint: give Logger instances with different save_dir, name or version instead."
+        )
+    instances = [item for item in items if isinstance(item, Logger)]
+    if len({id(item) for item in instances}) < len(instances):
+        again = next(item for item in instances if sum(other is item for other in instances) > 1)
+        raise MisconfigurationError(
+            f"logger= holds the same {type(again).__name__} object twice: every row would be written twice. "
+            "Hint: list it once."
         )
     return [item if isinstance(item, Logger) else create_logger(item, default_root_dir, host) for item in items]
 
