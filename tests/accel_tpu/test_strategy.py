@@ -171,6 +171,20 @@ def test_a_failing_process_stops_the_others_and_its_error_is_raised_with_its_ran
     assert parent["seconds"] < 120  # rank 0 waited in a collective: it was stopped, not left hanging
 
 
+def test_the_earliest_error_of_the_processes_is_raised_not_the_lowest_rank(tmp_path: Path) -> None:
+    # Rank 1 fails first; rank 0 then fails in the collective it was waiting in. Under load rank 0's
+    # consequence was raised (its file sorts first), hiding the cause.
+    from torchplug_tpu import _launcher
+
+    results = str(tmp_path / "results.pt")
+    _launcher._record_error(f"{results}.error-1", 1, ValueError("rank 1 fails on purpose"))
+    time.sleep(0.01)
+    _launcher._record_error(f"{results}.error-0", 0, EOFError("the peer went away"))
+    with pytest.raises(ValueError, match="rank 1 fails on purpose") as info:
+        _launcher._raise_process_error(results)
+    assert info.value.__notes__[0].startswith("Raised in XLA process 1 (of 2 that failed)")
+
+
 # -- in this process, before any launch -----------------------------------------------------------
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import pickle
+import time
 import traceback
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, Final
@@ -124,10 +125,11 @@ def _worker(
 
 def _record_error(path: str, index: int, exc: BaseException) -> None:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    when = time.time()  # the processes share this host's clock: the first failure is the cause
     try:
-        payload = pickle.dumps((index, exc, text))
+        payload = pickle.dumps((index, exc, text, when))
     except Exception:  # an unpicklable exception: its text is enough
-        payload = pickle.dumps((index, None, text))
+        payload = pickle.dumps((index, None, text, when))
     with open(path, "wb") as file:
         file.write(payload)
 
@@ -138,15 +140,19 @@ def _error_files(results_path: str) -> list[str]:
 
 
 def _raise_process_error(results_path: str) -> None:
-    """Raise the first recorded error of an XLA process, naming its rank; return if none was recorded.
+    """Raise the earliest recorded error of the XLA processes, naming its rank; return if none was recorded.
 
     The pool's own error (a process "terminated abruptly") is the consequence, so it is not chained.
     """
     files = _error_files(results_path)
     if not files:
         return
-    with open(files[0], "rb") as file:
-        index, error, text = pickle.loads(file.read())  # written by our own process just now
+    recorded = []
+    for path in files:
+        with open(path, "rb") as file:
+            recorded.append(pickle.loads(file.read()))  # written by our own processes just now
+    # The earliest error is the cause: the others are processes that failed in a collective with it.
+    index, error, text, _ = min(recorded, key=lambda record: record[3])
     note = f"Raised in XLA process {index} (of {len(files)} that failed):\n{text}"
     if isinstance(error, BaseException):
         if hasattr(error, "add_note"):
