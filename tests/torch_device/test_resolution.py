@@ -177,6 +177,27 @@ def test_the_priority_override_changes_what_auto_picks(device_python: Any) -> No
     assert "- torch (core" in result[1][1] and "lost, priority -5 < 0" in result[1][1]
 
 
+def test_the_trainer_says_what_it_uses_and_names_the_device_a_cpu_run_leaves_unused(device_python: Any) -> None:
+    result = device_python(
+        """
+        import json, logging, torchplug
+        records = []
+        handler = logging.Handler()
+        handler.emit = lambda record: records.append(record.getMessage())
+        logging.getLogger("torchplug").addHandler(handler)
+        torchplug.Trainer(accelerator="cpu", devices=2, logger=False)
+        torchplug.Trainer(accelerator="tpdev", devices=2, logger=False)
+        print(json.dumps([r for r in records if r.startswith("Trainer:")]))
+        """
+    )
+
+    on_cpu, on_device = result
+    assert on_cpu.startswith("Trainer: accelerator 'cpu', 2 devices (cpu), strategy 'ddp', precision '32-true'.")
+    assert "torch reports 2 'tpdev' device(s) here, which this run does not use" in on_cpu
+    assert "accelerator='auto'" in on_cpu
+    assert on_device == "Trainer: accelerator 'tpdev', 2 devices (tpdev), strategy 'ddp', precision '32-true'."
+
+
 def test_plugins_list_check_asks_torch_and_plain_listing_never_imports_it(testdevice_site: DeviceSite) -> None:
     checked = testdevice_site.run(
         "-m", "torchplug", "plugins", "list", "--kind", "accelerator", "--check", "--json", env=CHILD_ENV

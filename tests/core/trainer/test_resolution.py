@@ -54,6 +54,16 @@ def test_describe_explains_every_choice() -> None:
     assert re.search(r"^cluster_environment\s+local\s+\(.*torchelastic: not detected", text, re.M)
 
 
+def test_the_trainer_logs_what_it_runs_on_once_at_info(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="torchplug"):
+        torchplug.Trainer(accelerator="cpu", devices=2, num_nodes=2, precision="bf16-mixed", logger=False)
+    lines = [r.getMessage() for r in caplog.records if r.getMessage().startswith("Trainer:")]
+    # no accelerator device here: nothing is said about one left unused (tests/torch_device says it)
+    assert lines == [
+        "Trainer: accelerator 'cpu', 2 devices (cpu) on each of 2 nodes, strategy 'ddp', precision 'bf16-mixed'."
+    ]
+
+
 @pytest.mark.parametrize(
     ("precision", "expected"),
     [("bf16", "bf16-mixed"), (16, "16-mixed"), ("64", "64-true"), ("half", "16-true"), ("32-true", "32-true")],

@@ -15,6 +15,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol, TypeAlias, TypeVar, runtime_checkable
 
+import torch
+
 from torchplug._errors import MisconfigurationError, PluginUnavailableError, UnknownPluginError
 from torchplug._host import PluginHost, plugin_host
 from torchplug._registry import INSTALL_HINTS, Registry, RegistryEntry, why_unavailable
@@ -91,9 +93,52 @@ class Resolution:
             lines.extend(f"{'':<{width}}    - {detail}" for detail in d.details)
         return "\n".join(lines)
 
+    def summary(self) -> str:
+        """One line for the log: the accelerator, devices, strategy and precision this run uses.
+
+        When torch reports an accelerator device here that the run does not use (``accelerator="cpu"``
+        on a machine with a GPU, or a plugin of another device chosen), the line says so: the choice
+        is honoured, and the unused device is named. ``trainer.describe()`` tells why each was chosen.
+        """
+        values = {d.what: d.value for d in self.trace}
+        devices = self.strategy.parallel_devices or [self.strategy.root_device]
+        types = sorted({d.type for d in devices})
+        count = f"{len(devices)} device{'s' if len(devices) != 1 else ''} ({', '.join(types)})"
+        nodes = f" on each of {self.num_nodes} nodes" if self.num_nodes > 1 else ""
+        line = (
+            f"Trainer: accelerator {values.get('accelerator', '?')!r}, {count}{nodes}, strategy "
+            f"{values.get('strategy', '?')!r}, precision {values.get('precision', '?')!r}."
+        )
+        unused = unused_device_type(types)
+        if unused is not None:
+            line += (
+                f" torch reports {unused[1]} {unused[0]!r} device(s) here, which this run does not use. "
+                "Hint: accelerator='auto' chooses the best available one; trainer.describe() tells why."
+            )
+        return line
+
     def as_dicts(self) -> list[dict[str, Any]]:
         """The decision trace as JSON-ready data (``details``: the alternatives that lost, and why)."""
         return [{"what": d.what, "value": d.value, "why": d.why, "details": list(d.details)} for d in self.trace]
+
+
+def unused_device_type(used: Sequence[str]) -> tuple[str, int] | None:
+    """``(type, count)`` of torch's accelerator device when it has devices here and none is in ``used``; else None.
+
+    Asked of ``torch.accelerator`` only when the run does not use its device type, so a run on that
+    device never pays for it. Whatever torch raises here means "nothing to report": this is a note,
+    and a run must never fail for it.
+    """
+    from torchplug.accelerators.torch_device import current_device_type
+
+    try:
+        device_type = current_device_type()
+        if device_type is None or device_type in used:
+            return None
+        count = int(torch.accelerator.device_count())
+    except Exception:  # a broken device backend: it is reported where it is chosen, not in a log line
+        return None
+    return (device_type, count) if count > 0 else None
 
 
 def _positions(devices: Sequence[Any]) -> list[tuple[str, int]]:
