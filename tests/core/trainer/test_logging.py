@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -106,6 +107,26 @@ def test_training_rows_are_logged_at_lightnings_steps(
     assert all(set(row) == {"loss_step", "epoch"} for _, row in logger.rows if "loss_step" in row)
     assert all(set(row) == {"loss_epoch", "epoch"} for _, row in logger.rows if "loss_epoch" in row)
     assert [row["epoch"] for _, row in logger.rows if "loss_epoch" in row] == [0.0, 1.0]
+
+
+def test_an_epoch_shorter_than_the_logging_interval_is_warned_about_naming_both() -> None:
+    """The default-50 row above writes no step row at all: said, with the value that would write them."""
+    with pytest.warns(UserWarning, match=r"An epoch has 6 training batches, fewer than log_every_n_steps=50") as caught:
+        fit(Logs(), limit_val_batches=0)
+    assert "Trainer(log_every_n_steps=6) or lower" in str(caught[0].message)
+
+
+@pytest.mark.parametrize(
+    "trainer_args", [{"log_every_n_steps": 6}, {"logger": False}], ids=["interval-fits", "no-logger"]
+)
+def test_no_logging_interval_warning_when_rows_are_written_each_epoch_or_there_is_no_logger(
+    trainer_args: dict[str, Any],
+) -> None:
+    args = {"max_epochs": 1, "limit_val_batches": 0, **trainer_args}
+    logger = args.pop("logger", MemoryLogger())
+    with warnings.catch_warnings():
+        warnings.filterwarnings("error", message="An epoch has")
+        torchplug.Trainer(**quiet(logger=logger, **args)).fit(Logs())
 
 
 def test_validation_step_values_reach_the_loggers_at_their_own_step() -> None:

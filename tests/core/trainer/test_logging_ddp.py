@@ -33,3 +33,6 @@ def test_metrics_sync_dist_and_rank_zero_only_across_two_processes(tmp_path: Pat
     assert [m["local"] for m in metrics] == [0.0, 1.0]
     # rank_zero_only=True is never synchronised, even with sync_dist=True
     assert [m["zero_only"] for m in metrics] == [0.0, 1.0]
+    # the value without sync_dist is warned about, once, by rank 0 only; the synced ones and the Metric are not
+    unsynced = [line for line in result.output.splitlines() if "without sync_dist=True under 2 processes" in line]
+    assert len(unsynced) == 1 and "self.log('local', ...)" in unsynced[0], result.tail()

@@ -209,6 +209,23 @@ class FitLoop:
         else:
             self.val_check_batch = max(1, int(batches * interval))
 
+    def _check_logging_interval(self) -> None:
+        """Warn when an epoch has fewer batches than ``log_every_n_steps`` (step metrics become rare, or never written).
+
+        Step metrics reach the loggers every ``log_every_n_steps`` optimizer steps, counted across
+        epochs; with fewer batches than that in an epoch, a short run writes none at all (Lightning
+        warns the same way).
+        """
+        trainer, batches = self.trainer, self._data.num_training_batches
+        every = trainer.log_every_n_steps
+        if not trainer.loggers or math.isinf(batches) or not 0 < batches < every:
+            return
+        rank_zero_warn(
+            f"An epoch has {int(batches)} training batches, fewer than log_every_n_steps={every}: metrics logged "
+            f"on_step reach the loggers only every {every} optimizer steps, across epochs, so a short run writes "
+            f"few or none. Hint: Trainer(log_every_n_steps={int(batches)}) or lower writes them every epoch."
+        )
+
     def can_stop_early(self) -> bool:
         """Whether ``min_epochs`` and ``min_steps`` allow training to stop now."""
         trainer, progress = self.trainer, self.progress
@@ -287,6 +304,7 @@ class FitLoop:
         self._data.setup_train()
         self._data.setup_val()
         self.setup_validation_schedule()
+        self._check_logging_interval()
         if self._data.num_training_batches == 0:
             if trainer.limit_train_batches == 0:  # asked for: said at the info level
                 rank_zero_info("fit() stopped: no training batches (limit_train_batches=0 or an empty loader).")

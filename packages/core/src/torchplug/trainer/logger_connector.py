@@ -34,7 +34,7 @@ class LoggerConnector:
     def reset_results(self) -> MetricStore:
         """Start a new run's metric store (every process; ``sync_dist`` reduces through the strategy)."""
         trainer = self._trainer
-        self.results = MetricStore(trainer.strategy.reduce, trainer.module)
+        self.results = MetricStore(trainer.strategy.reduce, trainer.module, trainer.world_size)
         self.results.on_clear = self._keep
         self._callback, self._logged = {}, {}
         return self.results

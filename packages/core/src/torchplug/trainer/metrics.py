@@ -184,6 +184,22 @@ def _options(
     }
 
 
+def _warn_unsynced(name: str, world_size: int) -> None:
+    """Once per name and process, on rank 0: an epoch value that each process reduces over its own batches only."""
+    from torchplug.utilities.rank_zero import rank_zero_only
+    from torchplug.utilities.warn import warn_once
+
+    if rank_zero_only.is_zero():
+        warn_once(
+            f"self.log({name!r}, ...) records an epoch value without sync_dist=True under {world_size} processes: "
+            f"each process reduces its own batches only, so the loggers and the progress bar show rank 0's value, "
+            f"and callbacks that monitor it (ModelCheckpoint, EarlyStopping) judge a part of the data. Hint: "
+            f"self.log({name!r}, ..., "
+            "sync_dist=True) reduces it over all processes at each epoch's end, or log a torchmetrics Metric, "
+            "which syncs itself; rank_zero_only=True says rank 0's value is meant."
+        )
+
+
 def _check_value(name: str, value: Any) -> None:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
@@ -222,10 +238,13 @@ class MetricStore:
     Args:
         reduce: The strategy's reduce (``reduce(tensor, group=..., reduce_op=...)``), for ``sync_dist``.
         module: The module that logs (its torchmetrics attributes are looked up by name).
+        world_size: The number of processes: above 1, an epoch value logged without ``sync_dist``
+            is warned about (it is rank 0's own value alone).
     """
 
-    def __init__(self, reduce: Callable[..., Any], module: Module | None = None) -> None:
+    def __init__(self, reduce: Callable[..., Any], module: Module | None = None, world_size: int = 1) -> None:
         self._reduce = reduce
+        self._world_size = world_size
         self._module = module
         self._stages: dict[str, dict[str, _Metric]] = {}
         self._active: dict[str, _Metric] = {}
@@ -373,6 +392,8 @@ class MetricStore:
             metric_attribute, rank_zero_only,
         )  # fmt: skip
         fx, step, epoch = options["reduce_fx"], options["on_step"], options["on_epoch"]
+        if epoch and obj is None and not sync_dist and not rank_zero_only and self._world_size > 1:
+            _warn_unsynced(key, self._world_size)
         sync = None
         if sync_dist and not rank_zero_only and obj is None:
             reduce = self._reduce
