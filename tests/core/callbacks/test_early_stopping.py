@@ -226,3 +226,16 @@ def test_a_switch_that_is_not_a_bool_is_refused_by_name(name):
 def test_a_monitor_that_is_not_a_metric_name_is_refused(monitor):
     with pytest.raises(MisconfigurationError, match=rf"EarlyStopping\(monitor={monitor!r}\) is not valid"):
         EarlyStopping(monitor=monitor)
+
+
+@pytest.mark.parametrize(("mode", "stop", "diverge"), [("min", 1.0, 0.5), ("max", 0.1, 0.9)])
+def test_thresholds_that_cross_are_refused_since_every_value_would_stop(mode, stop, diverge):
+    with pytest.raises(
+        MisconfigurationError, match=rf"stopping_threshold={stop}, divergence_threshold={diverge}\) stops"
+    ):
+        EarlyStopping(monitor="val_loss", mode=mode, stopping_threshold=stop, divergence_threshold=diverge)
+
+
+@pytest.mark.parametrize(("mode", "stop", "diverge"), [("min", 0.1, 5.0), ("max", 0.9, 0.1), ("min", 1.0, 1.0)])
+def test_thresholds_on_their_own_sides_are_accepted(mode, stop, diverge):
+    EarlyStopping(monitor="val_loss", mode=mode, stopping_threshold=stop, divergence_threshold=diverge)

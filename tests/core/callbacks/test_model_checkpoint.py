@@ -580,3 +580,11 @@ def test_a_switch_that_is_not_a_bool_is_refused_by_name(name: str) -> None:
 def test_a_monitor_or_filename_that_is_not_a_string_is_refused(kwargs: dict[str, Any], shown: str) -> None:
     with pytest.raises(MisconfigurationError, match=rf"ModelCheckpoint\({shown}\) is not valid: give a non-empty"):
         ModelCheckpoint(**kwargs)
+
+
+@pytest.mark.parametrize("dirpath", [5, ["ckpts"]])
+def test_a_dirpath_that_is_not_a_path_is_refused_naming_it(dirpath: Any) -> None:
+    with pytest.raises(
+        MisconfigurationError, match=rf"ModelCheckpoint\(dirpath={re.escape(repr(dirpath))}\) is not valid"
+    ):
+        ModelCheckpoint(dirpath=dirpath)

@@ -278,3 +278,15 @@ def _check_arguments(
                 f"EarlyStopping({name}={value!r}) is not valid: give a number (or None), compared with the monitored "
                 "value. Hint: pass a float, for example 0.01."
             )
+    if stopping_threshold is not None and divergence_threshold is not None:
+        # In mode='min' the goal lies below and divergence above: a goal past the divergence bound stops every check.
+        crossed = (
+            stopping_threshold > divergence_threshold if mode == "min" else stopping_threshold < divergence_threshold
+        )
+        if crossed:
+            side = "below" if mode == "min" else "above"
+            raise MisconfigurationError(
+                f"EarlyStopping(mode={mode!r}, stopping_threshold={stopping_threshold!r}, divergence_threshold="
+                f"{divergence_threshold!r}) stops at the first check whatever the value: every value is past one of "
+                f"them. Hint: with mode={mode!r} the goal (stopping_threshold) lies {side} the divergence bound."
+            )

@@ -800,6 +800,11 @@ def _check_flags(**flags: Any) -> None:
 
 def _normalise_dir(path: str | os.PathLike[str]) -> str:
     """Local paths become absolute (``~`` expanded); URLs (``memory://``, ``s3://``) are kept as given."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise MisconfigurationError(
+            f"ModelCheckpoint(dirpath={path!r}) is not valid: give a directory, as a local path (str or "
+            "pathlib.Path) or an fsspec URL, or None for <log_dir>/checkpoints."
+        )
     text = os.fspath(path)
     if "://" in text:
         if text.startswith("file://"):
