@@ -166,3 +166,18 @@ def test_a_version_that_names_no_version_directory_is_refused(tmp_path, version)
     made = CSVLogger(str(tmp_path))
     with pytest.raises(MisconfigurationError, match="is not valid"):
         made.version = version  # the setter checks too
+
+
+@pytest.mark.parametrize("kind", ["int", "file"])
+def test_a_save_dir_that_is_no_directory_is_refused_naming_it(tmp_path, kind):
+    from torchplug.loggers.tensorboard import TensorBoardLogger
+
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    save_dir, shown = (
+        (5, r"save_dir=5\) is not valid") if kind == "int" else (str(taken), r"save_dir='.*taken'\) is a file")
+    )
+    for logger in (CSVLogger, TensorBoardLogger):
+        with pytest.raises(MisconfigurationError, match=rf"{logger.__name__}\({shown}"):
+            logger(save_dir)
+    assert taken.read_text() == ""  # left as it was

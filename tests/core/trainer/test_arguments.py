@@ -85,6 +85,13 @@ def test_good_values_are_normalised(kwargs: dict[str, Any], attribute: str, expe
     assert getattr(torchplug.Trainer(**quiet(**kwargs)), attribute) == expected
 
 
+def test_a_default_root_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("")
+    with pytest.raises(torchplug.MisconfigurationError, match=r"default_root_dir='.*taken' is a file"):
+        torchplug.Trainer(default_root_dir=taken, logger=False)
+
+
 def test_devices_minus_one_on_the_cpu_is_refused_as_the_readme_says() -> None:
     """README, "Choosing backends": -1 is all devices; on the CPU, where devices are processes, give a count."""
     with pytest.raises(torchplug.MisconfigurationError) as info:

@@ -45,6 +45,28 @@ def check_version(owner: str, version: Any) -> None:
     )
 
 
+def check_save_dir(owner: str, save_dir: Any) -> str:
+    """``save_dir`` as a string; refused by name when it is not a path or URL, or is an existing local file.
+
+    Raises:
+        MisconfigurationError: ``save_dir`` is not a str or ``os.PathLike``, is empty, or names a file.
+    """
+    from torchplug._errors import MisconfigurationError
+
+    text = os.fspath(save_dir) if isinstance(save_dir, (str, os.PathLike)) else None
+    if not isinstance(text, str) or not text:
+        raise MisconfigurationError(
+            f"{owner}(save_dir={save_dir!r}) is not valid: give a directory, as a local path (str or pathlib.Path) "
+            "or an fsspec URL."
+        )
+    if "://" not in text and os.path.isfile(text):
+        raise MisconfigurationError(
+            f"{owner}(save_dir={text!r}) is a file, and the logger writes its runs in a directory there. Hint: "
+            "give a directory, or remove the file."
+        )
+    return text
+
+
 def version_folder(version: int | str) -> str:
     """The directory name of a run: ``version_<n>`` for a number, the string itself otherwise."""
     return version if isinstance(version, str) else f"{_PREFIX}{version}"

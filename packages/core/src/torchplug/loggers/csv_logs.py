@@ -10,7 +10,14 @@ from typing import Any
 from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
-from torchplug.loggers._versions import check_version, next_version, numbered_versions, version_folder, write_hparams
+from torchplug.loggers._versions import (
+    check_save_dir,
+    check_version,
+    next_version,
+    numbered_versions,
+    version_folder,
+    write_hparams,
+)
 from torchplug.loggers.logger import Logger
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -52,7 +59,7 @@ class CSVLogger(Logger):
                 f"CSVLogger(flush_logs_every_n_steps={every!r}) is not valid: give an int >= 1, the number of "
                 "logged rows kept before they are written. Hint: 1 writes every row at once."
             )
-        self._save_dir = os.fspath(save_dir)
+        self._save_dir = check_save_dir("CSVLogger", save_dir)
         self._name = name or ""
         check_version("CSVLogger", version)
         self._version = version

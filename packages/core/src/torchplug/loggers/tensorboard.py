@@ -12,7 +12,14 @@ from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.loggers._availability import tensorboard_available
-from torchplug.loggers._versions import check_version, next_version, numbered_versions, version_folder, write_hparams
+from torchplug.loggers._versions import (
+    check_save_dir,
+    check_version,
+    next_version,
+    numbered_versions,
+    version_folder,
+    write_hparams,
+)
 from torchplug.loggers.logger import Logger, flatten_params, metric_value
 from torchplug.utilities.rank_zero import rank_zero_warn
 
@@ -88,7 +95,7 @@ class TensorBoardLogger(Logger):
         _require_tensorboard()
         if writer_kwargs:
             _check_writer_kwargs(writer_kwargs)
-        self._save_dir = os.fspath(save_dir)
+        self._save_dir = check_save_dir("TensorBoardLogger", save_dir)
         self._name = name or ""
         check_version("TensorBoardLogger", version)
         self._version = version

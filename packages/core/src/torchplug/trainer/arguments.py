@@ -138,6 +138,11 @@ def check_root_dir(value: Any) -> str:
         return os.getcwd()
     path = os.fspath(value) if isinstance(value, (str, os.PathLike)) else None
     if isinstance(path, str) and path:
+        if "://" not in path and os.path.isfile(path):
+            raise MisconfigurationError(
+                f"default_root_dir={path!r} is a file; logs and checkpoints go in directories under it. Hint: give "
+                "a directory (it is created when missing), or remove the file."
+            )
         return path
     raise MisconfigurationError(
         f"default_root_dir={value!r} is not valid: give a directory path or URL (a str or a pathlib.Path), or None "
