@@ -72,3 +72,29 @@ def test_an_empty_training_loader_is_announced() -> None:
     with pytest.warns(UserWarning, match=r"fit\(\) stopped: the training dataloader has no batches"):
         trainer.fit(Classifier(), empty)
     assert trainer.global_step == 0
+
+
+def test_a_second_fit_goes_on_only_when_fit_loop_limits_are_raised() -> None:
+    model, data = Classifier(), BlobData()
+    trainer = torchplug.Trainer(**quiet(max_epochs=1))
+    trainer.fit(model, data)
+    first = trainer.global_step
+    with pytest.warns(
+        UserWarning, match=r"this Trainer's earlier fit\(\) ended at epoch 1.*trainer\.fit_loop\.max_epochs"
+    ):
+        trainer.fit(model, data)  # max_epochs=1 is reached: nothing to train, and said so
+    assert trainer.global_step == first
+    trainer.fit_loop.max_epochs = 3  # Lightning's way to train on with the same Trainer
+    trainer.fit(model, data)
+    assert (trainer.max_epochs, trainer.current_epoch, trainer.global_step) == (3, 3, 3 * first)
+    trainer.fit_loop.max_steps = 4 * first
+    assert trainer.max_steps == trainer.fit_loop.max_steps == 4 * first
+
+
+@pytest.mark.parametrize(
+    ("name", "value"), [("max_epochs", 0), ("max_steps", -2), ("min_epochs", "1"), ("min_steps", 1.5)]
+)
+def test_a_bad_fit_loop_limit_is_refused_naming_it(name: str, value: Any) -> None:
+    trainer = torchplug.Trainer(**quiet())
+    with pytest.raises(torchplug.MisconfigurationError, match=rf"fit_loop\.{name}={value!r} is not valid"):
+        setattr(trainer.fit_loop, name, value)

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchplug._errors import MisconfigurationError
+from torchplug.trainer.arguments import check_int
 from torchplug.trainer.checkpoint_connector import gradients_of, load_gradients
 from torchplug.trainer.data import batch_transfer
 from torchplug.trainer.evaluation_loop import EvaluationLoop
@@ -113,6 +114,46 @@ class FitLoop:
         self._compare_shards = True  # the first batch is still to be compared across processes
 
     # -- state ------------------------------------------------------------------------------------
+
+    # -- the run's limits, Lightning's way to change them between fit() calls ----------------------
+    # They live on the Trainer (trainer.max_epochs...); these read and write the same values, so
+    # ``trainer.fit_loop.max_epochs = 5`` before a second fit() trains on, as in Lightning.
+
+    @property
+    def max_epochs(self) -> int | None:
+        """The Trainer's ``max_epochs``; set it to train on in a later ``fit()`` (checked like the argument)."""
+        return self.trainer.max_epochs
+
+    @max_epochs.setter
+    def max_epochs(self, value: int | None) -> None:
+        self.trainer.max_epochs = check_int("fit_loop.max_epochs", value, 1, (None, -1))
+
+    @property
+    def max_steps(self) -> int:
+        """The Trainer's ``max_steps`` (-1: no limit); settable, like :attr:`max_epochs`."""
+        return self.trainer.max_steps
+
+    @max_steps.setter
+    def max_steps(self, value: int) -> None:
+        self.trainer.max_steps = check_int("fit_loop.max_steps", value, 1, (-1,))
+
+    @property
+    def min_epochs(self) -> int | None:
+        """The Trainer's ``min_epochs``; settable, like :attr:`max_epochs`."""
+        return self.trainer.min_epochs
+
+    @min_epochs.setter
+    def min_epochs(self, value: int | None) -> None:
+        self.trainer.min_epochs = check_int("fit_loop.min_epochs", value, 0, (None,))
+
+    @property
+    def min_steps(self) -> int | None:
+        """The Trainer's ``min_steps``; settable, like :attr:`max_epochs`."""
+        return self.trainer.min_steps
+
+    @min_steps.setter
+    def min_steps(self, value: int | None) -> None:
+        self.trainer.min_steps = check_int("fit_loop.min_steps", value, 0, (None,))
 
     @property
     def last_loss(self) -> torch.Tensor | None:
@@ -357,10 +398,17 @@ class FitLoop:
             reached = f"max_epochs={trainer.max_epochs} is already reached"
         else:
             reached = "the run had been asked to stop (trainer.should_stop, set by EarlyStopping for example)"
+        where = f"epoch {progress.epoch}, global step {progress.global_step}"
+        if trainer.ckpt_path is None:  # a second fit() of the same Trainer goes on from where the first ended
+            rank_zero_warn(
+                f"fit() trained nothing: this Trainer's earlier fit() ended at {where}, where {reached}, and a "
+                "Trainer goes on from where it stopped. Hint: raise trainer.fit_loop.max_epochs (or max_steps) "
+                "to train on, or create a new Trainer to train from the start."
+            )
+            return
         rank_zero_warn(
-            f"fit() trained nothing: it resumed from {trainer.ckpt_path!r} at epoch {progress.epoch}, global step "
-            f"{progress.global_step}, where {reached}. Hint: raise max_epochs or max_steps to train on from this "
-            "checkpoint, or start without ckpt_path."
+            f"fit() trained nothing: it resumed from {trainer.ckpt_path!r} at {where}, where {reached}. Hint: raise "
+            "max_epochs or max_steps to train on from this checkpoint, or start without ckpt_path."
         )
 
     def _warn_no_step(self, steps: int) -> None:
