@@ -272,6 +272,13 @@ BAD_INPUT = {
             "'EarlyStopping'? Hint: give its class path (package.module.Class)"
         ],
     ),
+    "missing-callback-path": (
+        ["--trainer.callbacks=torchplug.callbacks.EarlyStoping"],
+        [
+            "--trainer.callbacks=torchplug.callbacks.EarlyStoping: cannot import it: module 'torchplug.callbacks' has "
+            "no attribute 'EarlyStoping'. Give the dotted path of a torchplug.Callback subclass"
+        ],
+    ),
     "option-typo": (["--trainer.acclerator=cpu"], ["--trainer.acclerator: Did you mean '--trainer.accelerator'?\n"]),
     "unknown-data-arg": (["--data.init_args.batch_sise=3"], ["--data.init_args.batch_sise", "'batch_size'"]),
     "negative-devices": (["--trainer.devices=-3"], ["--trainer.devices", "devices=-3 is not valid"]),

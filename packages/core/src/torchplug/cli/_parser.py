@@ -144,9 +144,9 @@ def _parser_key(match: re.Match[str], message: str, args: Sequence[str], parser:
     given = _GIVEN.search(message)
     problem = _CLASS_PATH_PROBLEM.search(message)
     wrong_base = _WRONG_BASE.search(message)
-    base = "torchplug.DataModule" if option.endswith("data") else "torchplug.Module"
+    base = _expected_base(option)
     hint = (
-        f"Give the dotted path of a {base} subclass (package.module.Class), importable from here: run from "
+        f"Give the dotted path of {base} (package.module.Class), importable from here: run from "
         "the folder that holds its package, or pip install it."
     )
     if problem:
@@ -157,6 +157,27 @@ def _parser_key(match: re.Match[str], message: str, args: Sequence[str], parser:
     if union:
         return _union(option, union)
     return f"{option}: {message[match.end() :].strip()}"
+
+
+#: What an option's class path must name, by the option's last part (``--trainer.callbacks``: "callbacks").
+_EXPECTED_BASES: Final = {
+    "model": "a torchplug.Module subclass",
+    "data": "a torchplug.DataModule subclass",
+    "callbacks": "a torchplug.Callback subclass",
+    "logger": "a torchplug.loggers.Logger subclass",
+    "profiler": "a torchplug.profilers.Profiler subclass",
+    "plugins": "a Precision, CheckpointIO or ClusterEnvironment subclass",
+    "strategy": "a torchplug.Strategy subclass",
+    "accelerator": "a torchplug.Accelerator subclass",
+    "optimizer": "a torch.optim.Optimizer subclass",
+    "lr_scheduler": "a torch.optim.lr_scheduler.LRScheduler subclass",
+}
+
+
+def _expected_base(option: str) -> str:
+    """The kind of class ``option`` takes, in words (``a torchplug.Callback subclass``), else ``a class``."""
+    last = option.lstrip("-").split("=")[0].rsplit(".", 1)[-1]
+    return _EXPECTED_BASES.get(last, "a class")
 
 
 def _union(option: str, union: re.Match[str]) -> str:
