@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sized
@@ -31,6 +32,7 @@ from torchplug.utilities.apply import move_to_device
 from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.env_vars import env_int
 from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug.utilities.seed import worker_init_function, workers_seeded
 
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
@@ -48,6 +50,7 @@ __all__ = [
     "num_batches",
     "with_batch_indices",
     "with_distributed_sampler",
+    "with_seeded_workers",
 ]
 
 # DataLoader arguments we carry over when rebuilding a loader with a DistributedSampler.
@@ -127,6 +130,20 @@ def with_distributed_sampler(
             "all the data. Hint: pass use_distributed_sampler=False and shard it yourself."
         )
         return loader
+
+
+def with_seeded_workers(loader: Any, rank: int) -> Any:
+    """``loader`` seeding its workers by rank (:func:`~torchplug.utilities.seed.worker_init_function`).
+
+    Used after ``seed_everything(workers=True)``. Only a DataLoader with workers and no
+    ``worker_init_fn`` of its own gets it (the user's function is kept, as in Lightning). The loader
+    is copied, not changed: the caller's object stays as given.
+    """
+    if not isinstance(loader, DataLoader) or loader.num_workers == 0 or loader.worker_init_fn is not None:
+        return loader
+    seeded = copy.copy(loader)
+    seeded.worker_init_fn = functools.partial(worker_init_function, rank=rank)
+    return seeded
 
 
 def _distributed(
@@ -504,6 +521,8 @@ class DataConnector:
         if trainer.use_distributed_sampler:
             kwargs = trainer.strategy.distributed_sampler_kwargs
             loader = with_distributed_sampler(loader, kwargs, shuffle_default, unrepeated)
+        if workers_seeded():
+            loader = with_seeded_workers(loader, trainer.global_rank)
         return trainer.strategy.process_dataloader(loader)
 
     def _train_loader(self, train: Any) -> Any:

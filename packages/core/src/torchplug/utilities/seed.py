@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import os
 import random
 from typing import Any
@@ -10,7 +11,7 @@ import torch
 
 from torchplug.utilities.env_vars import env_int
 
-__all__ = ["capture_rng_states", "restore_rng_states", "seed_everything"]
+__all__ = ["capture_rng_states", "restore_rng_states", "seed_everything", "worker_init_function", "workers_seeded"]
 
 
 def seed_everything(seed: int | None = None, workers: bool = False, verbose: bool = True) -> int:
@@ -18,8 +19,10 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
 
     Args:
         seed: The seed; None reads ``TORCHPLUG_GLOBAL_SEED``, else picks one from the OS.
-        workers: Also export ``TORCHPLUG_SEED_WORKERS=1`` so that dataloader workers get distinct,
-            reproducible seeds.
+        workers: Also export ``TORCHPLUG_SEED_WORKERS=1``: the Trainer then gives every DataLoader
+            with workers and no ``worker_init_fn`` :func:`worker_init_function`, so that the workers
+            of every process get distinct, reproducible seeds (torch alone gives the workers of all
+            ranks the same ones).
         verbose: Log ``Seed set to N`` (an info message of the ``torchplug`` logger, global rank 0).
 
     Raises:
@@ -49,6 +52,39 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
 
         rank_zero_info(f"Seed set to {seed}")
     return seed
+
+
+def workers_seeded() -> bool:
+    """Whether :func:`seed_everything` was asked to seed dataloader workers (``workers=True``)."""
+    return os.environ.get("TORCHPLUG_SEED_WORKERS", "0") == "1"
+
+
+def worker_init_function(worker_id: int, rank: int | None = None) -> None:
+    """Seed a dataloader worker from its loader's base seed, its id and the process's global rank.
+
+    The Trainer gives it to every DataLoader with workers and no ``worker_init_fn`` of its own after
+    ``seed_everything(workers=True)``. torch alone seeds a worker with ``base_seed + worker_id``, and
+    ``base_seed`` is drawn from the global generator, which ``seed_everything`` seeds alike in every
+    process: the workers of all ranks would then draw the same random augmentations. Here the global
+    rank enters the seed, so each process's workers differ, and the run stays reproducible.
+
+    Args:
+        worker_id: The worker's index within its loader (what the DataLoader passes).
+        rank: The global rank of the process; None reads ``RANK`` (0 when unset).
+    """
+    if rank is None:
+        rank = env_int("RANK", 0, minimum=0)
+    base = torch.initial_seed() - worker_id  # torch seeded this worker with base_seed + worker_id
+    digest = hashlib.sha256(f"{base}:{worker_id}:{rank}".encode()).digest()
+    seed = int.from_bytes(digest[:8], "little")
+    torch.manual_seed(seed)
+    random.seed(seed)
+    try:
+        import numpy as np
+
+        np.random.seed(seed % 2**32)
+    except ImportError:
+        pass
 
 
 def capture_rng_states() -> dict[str, Any]:
