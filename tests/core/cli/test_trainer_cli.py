@@ -279,6 +279,13 @@ BAD_INPUT = {
             "no attribute 'EarlyStoping'. Give the dotted path of a torchplug.Callback subclass"
         ],
     ),
+    "callback-without-its-required-argument": (
+        ["--trainer.callbacks+=EarlyStopping"],
+        [
+            "--trainer.callbacks=EarlyStopping: EarlyStopping() needs monitor, which has no default. Hint: give it "
+            "after the class, --trainer.callbacks.monitor=VALUE"
+        ],
+    ),
     "option-typo": (["--trainer.acclerator=cpu"], ["--trainer.acclerator: Did you mean '--trainer.accelerator'?\n"]),
     "unknown-data-arg": (["--data.init_args.batch_sise=3"], ["--data.init_args.batch_sise", "'batch_size'"]),
     "negative-devices": (["--trainer.devices=-3"], ["--trainer.devices", "devices=-3 is not valid"]),

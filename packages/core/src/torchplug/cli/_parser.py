@@ -32,6 +32,7 @@ _PARSER_KEY: Final = re.compile(r'^Parser key "([\w.]+)":')
 _NOT_ACCEPTED: Final = re.compile(r"^Option '([\w.]+)' is not accepted$")
 _NO_SUCH_OPTION: Final = re.compile(r"^(?:Subcommand|Group) '\w+' does not accept option '([\w.]+)'")
 _UNRECOGNIZED: Final = re.compile(r"^unrecognized arguments: (.+)$")
+_REQUIRED: Final = re.compile(r"^the following arguments are required: ([\w, ]+)")
 _UNION: Final = re.compile(
     r"Does not validate against any of the Union subtypes\s+Subtypes: \[(?P<types>.*?)\]\s+Errors:(?P<errors>.*?)"
     r"\s+Given value type: [^\n]*\s+Given value: (?P<value>.*)\Z",
@@ -258,6 +259,30 @@ def _unknown_init_arg(match: re.Match[str], message: str, args: Sequence[str], p
     return _no_such_key(name, args, parser)
 
 
+def _missing_required(match: re.Match[str], message: str, args: Sequence[str], parser: Any) -> str:
+    """``the following arguments are required: monitor``: named with the option that chose the class lacking them."""
+    names = [name.strip() for name in match.group(1).split(",") if name.strip()]
+    for arg in reversed(args):
+        option, sep, value = arg.partition("=")
+        cls = _load(value) if sep and value and option.startswith("--") else None
+        if not isinstance(cls, type):
+            continue
+        try:
+            params = inspect.signature(cls).parameters
+        except (TypeError, ValueError):  # a class whose signature cannot be read: no hint from it
+            continue
+        if all(name in params and params[name].default is inspect.Parameter.empty for name in names):
+            key = option.removesuffix("+").removesuffix(".class_path")
+            return (
+                f"{key}={value}: {cls.__name__}() needs {', '.join(names)}, which has no default. Hint: give it "
+                f"after the class, {key}.{names[0]}=VALUE, or under the class's init_args: in a config file."
+            )
+    return (
+        f"{', '.join(names)}: required by a class given on the command line or in a config file, and not given. "
+        "Hint: give each after its class (--KEY.NAME=VALUE), or under the class's init_args: in a config file."
+    )
+
+
 def _given(name: str, args: Sequence[str]) -> tuple[int, str] | None:
     """The index and name of the command-line option that set init argument ``name`` (``--model.init_args.lr``)."""
     for index, arg in reversed(list(enumerate(args))):
@@ -383,6 +408,7 @@ _REWRITES: Final = (
     (_NOT_ACCEPTED, _unknown_init_arg),
     (_NO_SUCH_OPTION, _no_such_option),
     (_UNRECOGNIZED, _unrecognized),
+    (_REQUIRED, _missing_required),
 )
 
 
