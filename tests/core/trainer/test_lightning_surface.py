@@ -10,6 +10,7 @@ import math
 import os
 import subprocess
 import sys
+import warnings
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -761,3 +762,28 @@ def test_predict_return_predictions_that_is_not_a_bool_is_refused():
     loader = DataLoader(blobs(8).tensors[0], batch_size=4)
     with pytest.raises(MisconfigurationError, match="return_predictions='no': choose True, False"):
         torchplug.Trainer(**quiet()).predict(Classifier(), loader, return_predictions="no")
+
+
+def test_save_hyperparameters_warns_about_an_ignore_name_that_is_no_argument():
+    class Net(torchplug.Module):
+        def __init__(self, lr: float = 0.1, secret: str = "hunter2") -> None:
+            super().__init__()
+            self.save_hyperparameters(ignore=["secrett"])
+
+    with pytest.warns(
+        UserWarning, match=r"'secrett' is not an argument of Net.__init__.*Did you mean 'secret'\?"
+    ) as caught:
+        net = Net()
+    assert caught[0].filename == __file__  # pointed at the __init__ that called it
+    assert dict(net.hparams) == {"lr": 0.1, "secret": "hunter2"}  # what the typo let through, now said
+
+
+def test_save_hyperparameters_with_kwargs_may_ignore_a_keyword_not_given():
+    class Net(torchplug.Module):
+        def __init__(self, lr: float = 0.1, **kwargs: Any) -> None:
+            super().__init__()
+            self.save_hyperparameters(ignore=["backbone"])
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert dict(Net(depth=3).hparams) == {"lr": 0.1, "depth": 3}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import inspect
 import types
 import warnings
@@ -50,6 +51,18 @@ def collect_init_args(
             )
         values = {n: values[n] for n in names}
     ignored = set(ignore)
+    unknown = sorted(ignored - set(values))
+    if unknown and not info.keywords:  # with **kwargs, a name may be a keyword not given this time
+        close = [m for name in unknown for m in difflib.get_close_matches(name, list(values), n=1, cutoff=0.75)]
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        arguments = ", ".join(values) or "(none)"
+        warnings.warn(
+            f"{type(obj).__name__}.save_hyperparameters(ignore={sorted(ignored)!r}): {', '.join(map(repr, unknown))} "
+            f"{'is' if len(unknown) == 1 else 'are'} not an argument of {type(obj).__name__}.__init__, so nothing is "
+            f"left out for {'it' if len(unknown) == 1 else 'them'}.{hint} Its arguments: {arguments}.",
+            UserWarning,
+            stacklevel=3,
+        )
     return {k: v for k, v in values.items() if k not in ignored and not k.startswith("__")}
 
 
