@@ -9,6 +9,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
+from torchplug.callbacks.model_summary import ModelSummary
 from torchplug.core.module import Module
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.trainer.trainer import Trainer
@@ -122,7 +123,8 @@ def make_trainer(tmp_path: Any) -> Callable[..., Trainer]:
         kwargs.setdefault("logger", False)
         kwargs.setdefault("enable_progress_bar", False)
         kwargs.setdefault("num_sanity_val_steps", 0)
-        kwargs.setdefault("enable_model_summary", False)
+        if not any(isinstance(c, ModelSummary) for c in kwargs.get("callbacks") or []):
+            kwargs.setdefault("enable_model_summary", False)  # a summary asked for by its callback is printed
         return Trainer(**kwargs)
 
     return build

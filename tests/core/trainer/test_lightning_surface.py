@@ -23,8 +23,10 @@ import torchplug
 from tests.core.trainer.models import BlobData, Classifier, blobs, quiet, weights
 from torchplug import MisconfigurationError
 from torchplug.accelerators.cpu import CPUAccelerator
+from torchplug.callbacks.model_checkpoint import ModelCheckpoint
 from torchplug.callbacks.model_summary import ModelSummary
 from torchplug.callbacks.timer import Timer, parse_duration
+from torchplug.callbacks.tqdm_progress import TQDMProgressBar
 from torchplug.profilers import AdvancedProfiler, SimpleProfiler
 from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.warn import reset_warned
@@ -104,7 +106,7 @@ def test_the_model_summary_is_printed_at_fit_start_with_the_example_input_shapes
 
 
 def test_the_summary_lists_deeper_layers_with_max_depth_and_is_off_with_false(capsys):
-    fit(callbacks=[ModelSummary(max_depth=-1)])
+    fit(callbacks=[ModelSummary(max_depth=-1)], enable_model_summary=None)
     assert "net.3 | Linear" in capsys.readouterr().out
     trainer = fit(enable_model_summary=False)
     assert "Trainable params" not in capsys.readouterr().out
@@ -333,6 +335,21 @@ def test_barebones_refuses_self_log_and_the_features_it_turns_off():
         torchplug.Trainer(accelerator="cpu", barebones=True, max_steps=2).fit(Classifier(), datamodule=BlobData())
     with pytest.raises(MisconfigurationError, match=r"barebones=True, enable_checkpointing=True"):
         torchplug.Trainer(barebones=True, enable_checkpointing=True)
+
+
+@pytest.mark.parametrize("callback", [ModelCheckpoint, TQDMProgressBar, ModelSummary])
+def test_barebones_refuses_a_callback_of_a_feature_it_turns_off_naming_barebones(callback):
+    with pytest.raises(
+        MisconfigurationError, match=rf"Trainer\(barebones=True\) turns off what {callback.__name__} does"
+    ):
+        torchplug.Trainer(barebones=True, callbacks=[callback()])
+
+
+def test_a_model_summary_callback_is_kept_with_enable_model_summary_false_and_said(capsys):
+    with pytest.warns(UserWarning, match=r"enable_model_summary=False turns off only the default summary: the Model"):
+        trainer = torchplug.Trainer(**quiet(enable_model_summary=False, callbacks=[ModelSummary(max_depth=2)]))
+    trainer.fit(Classifier(), datamodule=BlobData())
+    assert "Trainable params" in capsys.readouterr().out  # printed, as Lightning prints it
 
 
 # -- the rest of the arguments --------------------------------------------------------------------

@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.hooks import is_overridden
-from torchplug.utilities.rank_zero import rank_zero_info
+from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -36,8 +36,11 @@ def build_callbacks(
     enable_checkpointing: bool | None,
     enable_progress_bar: bool | None,
     fast_dev_run: int,
+    barebones: bool = False,
 ) -> list[Callback]:
     """The Trainer's callbacks: those given, plus a ModelCheckpoint and a TQDMProgressBar unless disabled.
+
+    ``barebones``: the flags are False because ``barebones=True`` turned them off (said so in errors).
 
     Raises:
         MisconfigurationError: A non-callback in the list, a callback that a ``False`` flag forbids, or two
@@ -48,14 +51,10 @@ def build_callbacks(
     from torchplug.callbacks.tqdm_progress import TQDMProgressBar
 
     given = _as_callbacks(callbacks, "callbacks=")
-    if enable_checkpointing is False and any(isinstance(c, ModelCheckpoint) for c in given):
-        raise MisconfigurationError(
-            "enable_checkpointing=False, but callbacks= holds a ModelCheckpoint. Remove one of them."
-        )
-    if enable_progress_bar is False and any(isinstance(c, ProgressBar) for c in given):
-        raise MisconfigurationError(
-            "enable_progress_bar=False, but callbacks= holds a ProgressBar. Remove one of them."
-        )
+    if enable_checkpointing is False:
+        _refuse_switched_off(given, ModelCheckpoint, "enable_checkpointing=False", barebones)
+    if enable_progress_bar is False:
+        _refuse_switched_off(given, ProgressBar, "enable_progress_bar=False", barebones)
     has_checkpoint = any(isinstance(c, ModelCheckpoint) for c in given)
     if enable_checkpointing is not False and not fast_dev_run and not has_checkpoint:
         given.append(ModelCheckpoint())
@@ -65,17 +64,44 @@ def build_callbacks(
     return ordered(given)
 
 
-def add_feature_callbacks(callbacks: list[Callback], model_summary: bool, max_time: Any) -> list[Callback]:
+def _refuse_switched_off(given: list[Callback], kind: type, flag: str, barebones: bool) -> None:
+    """Refuse a callback of ``kind`` in ``callbacks=`` when ``flag`` (or ``barebones=True``) turned its feature off."""
+    found = next((c for c in given if isinstance(c, kind)), None)
+    if found is None:
+        return
+    name = type(found).__name__
+    if barebones:
+        raise MisconfigurationError(
+            f"Trainer(barebones=True) turns off what {name} does (it can cost speed), but callbacks= holds a "
+            f"{name}. Hint: remove the {name}, or barebones=True."
+        )
+    raise MisconfigurationError(f"{flag}, but callbacks= holds a {name}. Remove one of them.")
+
+
+def add_feature_callbacks(
+    callbacks: list[Callback], model_summary: bool | None, max_time: Any, barebones: bool = False
+) -> list[Callback]:
     """Add the callbacks behind Trainer flags: a ModelSummary (``enable_model_summary``), a Timer (``max_time``).
 
     A callback of the same type given by the user is kept instead (a ``Timer`` given with
-    ``max_time=`` too is an error: two budgets would disagree).
+    ``max_time=`` too is an error: two budgets would disagree; a ``ModelSummary`` under
+    ``barebones=True`` is an error; with ``enable_model_summary=False`` it is kept, with a warning, as
+    Lightning keeps it).
     """
     from torchplug.callbacks.model_summary import ModelSummary
     from torchplug.callbacks.timer import Timer, parse_duration
 
     added: list[Callback] = []
-    if model_summary and not any(isinstance(c, ModelSummary) for c in callbacks):
+    given_summary = next((c for c in callbacks if isinstance(c, ModelSummary)), None)
+    if barebones:
+        _refuse_switched_off(callbacks, ModelSummary, "barebones=True", barebones)
+    elif model_summary is False and given_summary is not None:  # the callback given is honoured, as in Lightning
+        name = type(given_summary).__name__
+        rank_zero_warn(
+            f"enable_model_summary=False turns off only the default summary: the {name} in callbacks= still "
+            f"prints one when fitting starts. Hint: remove the {name} from callbacks= to print none."
+        )
+    elif model_summary is not False and given_summary is None:
         added.append(ModelSummary())
     if max_time is not None:
         if any(isinstance(c, Timer) for c in callbacks):

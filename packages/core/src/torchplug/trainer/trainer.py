@@ -231,8 +231,8 @@ class Trainer(TrainerProperties):
         self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
         self.strategy: Strategy = self._resolution.strategy
         rank_zero_info(self._resolution.summary())
-        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev)
-        self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary is not False, max_time)
+        self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev, barebones)
+        self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary, max_time, barebones)
         self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir, plugin_host)
         self.state = TrainerState()
         self.should_stop = False
