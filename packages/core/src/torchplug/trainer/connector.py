@@ -101,9 +101,13 @@ class Resolution:
         is honoured, and the unused device is named. ``trainer.describe()`` tells why each was chosen.
         """
         values = {d.what: d.value for d in self.trace}
-        devices = self.strategy.parallel_devices or [self.strategy.root_device]
+        try:
+            devices = self.strategy.parallel_devices or [self.strategy.root_device]
+        except Exception:  # a backend that knows its device only once set up: a log line must not fail a Trainer
+            devices = []
         types = sorted({d.type for d in devices})
-        count = f"{len(devices)} device{'s' if len(devices) != 1 else ''} ({', '.join(types)})"
+        number = len(devices) or self.num_devices
+        count = f"{number} device{'s' if number != 1 else ''}" + (f" ({', '.join(types)})" if types else "")
         nodes = f" on each of {self.num_nodes} nodes" if self.num_nodes > 1 else ""
         line = (
             f"Trainer: accelerator {values.get('accelerator', '?')!r}, {count}{nodes}, strategy "
