@@ -113,8 +113,6 @@ class FitLoop:
         self._check_loss_every = 0  # check the loss every this many batches (nonfinite_loss="raise")
         self._compare_shards = True  # the first batch is still to be compared across processes
 
-    # -- state ------------------------------------------------------------------------------------
-
     # -- the run's limits, Lightning's way to change them between fit() calls ----------------------
     # They live on the Trainer (trainer.max_epochs...); these read and write the same values, so
     # ``trainer.fit_loop.max_epochs = 5`` before a second fit() trains on, as in Lightning.
@@ -154,6 +152,8 @@ class FitLoop:
     @min_steps.setter
     def min_steps(self, value: int | None) -> None:
         self.trainer.min_steps = check_int("fit_loop.min_steps", value, 0, (None,))
+
+    # -- state ------------------------------------------------------------------------------------
 
     @property
     def last_loss(self) -> torch.Tensor | None:

@@ -194,9 +194,8 @@ def _warn_unsynced(name: str, world_size: int) -> None:
             f"self.log({name!r}, ...) records an epoch value without sync_dist=True under {world_size} processes: "
             f"each process reduces its own batches only, so the loggers and the progress bar show rank 0's value, "
             f"and callbacks that monitor it (ModelCheckpoint, EarlyStopping) judge a part of the data. Hint: "
-            f"self.log({name!r}, ..., "
-            "sync_dist=True) reduces it over all processes at each epoch's end, or log a torchmetrics Metric, "
-            "which syncs itself; rank_zero_only=True says rank 0's value is meant."
+            f"self.log({name!r}, ..., sync_dist=True) reduces it over all processes at each epoch's end, or log a "
+            "torchmetrics Metric, which syncs itself; rank_zero_only=True says rank 0's value is meant."
         )
 
 
