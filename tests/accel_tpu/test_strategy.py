@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 import signal
 import subprocess
 import sys
@@ -183,6 +184,23 @@ def test_the_earliest_error_of_the_processes_is_raised_not_the_lowest_rank(tmp_p
     with pytest.raises(ValueError, match="rank 1 fails on purpose") as info:
         _launcher._raise_process_error(results)
     assert info.value.__notes__[0].startswith("Raised in XLA process 1 (of 2 that failed)")
+
+
+def test_the_time_the_trainer_noted_ranks_an_error_not_the_time_it_was_recorded(tmp_path: Path) -> None:
+    # Rank 1's on_exception hooks waited in a collective that failed rank 0, so rank 1 recorded its error
+    # last (CI, 2026-11-28: rank 0's UnpicklingError was raised). The time noted before the hooks wins.
+    from torchplug.utilities.shutdown import note_failure_time
+    from torchplug_tpu import _launcher
+
+    results = str(tmp_path / "results.pt")
+    cause = ValueError("rank 1 fails on purpose")
+    note_failure_time(cause)
+    time.sleep(0.01)
+    _launcher._record_error(f"{results}.error-0", 0, pickle.UnpicklingError("garbage from a mismatched collective"))
+    time.sleep(0.01)
+    _launcher._record_error(f"{results}.error-1", 1, cause)
+    with pytest.raises(ValueError, match="rank 1 fails on purpose"):
+        _launcher._raise_process_error(results)
 
 
 # -- in this process, before any launch -----------------------------------------------------------

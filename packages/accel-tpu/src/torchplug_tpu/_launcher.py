@@ -27,6 +27,7 @@ from torchplug.strategies.launchers.multiprocessing import (
     restore_results,
     results_file,
 )
+from torchplug.utilities.shutdown import failure_time
 from torchplug_tpu import _vendor
 
 if TYPE_CHECKING:
@@ -125,7 +126,9 @@ def _worker(
 
 def _record_error(path: str, index: int, exc: BaseException) -> None:
     text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
-    when = time.time()  # the processes share this host's clock: the first failure is the cause
+    # The processes share this host's clock: the first failure is the cause. The time the Trainer noted
+    # comes before the on_exception hooks, which may wait in a collective that fails the other processes.
+    when = failure_time(exc) or time.time()
     try:
         payload = pickle.dumps((index, exc, text, when))
     except Exception:  # an unpicklable exception: its text is enough

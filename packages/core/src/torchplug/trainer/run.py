@@ -31,7 +31,7 @@ from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.optimizers import configure_optimizers
 from torchplug.trainer.states import ExitRun, TrainerFn, TrainerStatus
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_only, rank_zero_warn
-from torchplug.utilities.shutdown import exit_code
+from torchplug.utilities.shutdown import exit_code, note_failure_time
 from torchplug.utilities.table import print_results
 
 if TYPE_CHECKING:
@@ -117,6 +117,7 @@ class Runner:
         """Run the ``on_exception`` hooks (callbacks, DataModule, strategy) and finalize the loggers as failed."""
         trainer = self.trainer
         self.handled_exception = exc
+        note_failure_time(exc)  # before the hooks, which may wait on the other processes
         for callback in trainer.callbacks:
             try:
                 callback.on_exception(trainer, trainer.module, exc)

@@ -7,12 +7,15 @@ launcher takes a child exiting with 130 or 143 for the agreed stop it is, not fo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 __all__ = [
     "exit_code",
+    "failure_time",
     "is_signal_exit",
     "kill_children_now",
+    "note_failure_time",
     "off_kill",
     "on_kill",
     "set_stopping",
@@ -20,6 +23,7 @@ __all__ = [
 ]
 
 _KILLERS: list[Callable[[], None]] = []
+_FAILED_AT = "_torchplug_failed_at"
 _STOPPING = [False]
 
 
@@ -62,3 +66,22 @@ def set_stopping(value: bool) -> None:
 def stopping() -> bool:
     """Whether a stop by signal is under way in this process."""
     return _STOPPING[0]
+
+
+def note_failure_time(exc: BaseException) -> None:
+    """Note on ``exc`` the time (``time.time()``) it reached the Trainer, unless it already holds one.
+
+    Called before the ``on_exception`` hooks, which may talk to the other processes: a process that
+    fails in such a talk fails later than this one did.
+    """
+    if failure_time(exc) is None:
+        try:
+            setattr(exc, _FAILED_AT, time.time())
+        except Exception:  # an exception type that takes no attributes: its launcher uses its own clock
+            pass
+
+
+def failure_time(exc: BaseException) -> float | None:
+    """When ``exc`` first reached a Trainer (see :func:`note_failure_time`); None when it never did."""
+    value = getattr(exc, _FAILED_AT, None)
+    return value if isinstance(value, float) else None
