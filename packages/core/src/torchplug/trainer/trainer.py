@@ -42,7 +42,7 @@ from torchplug.trainer.properties import TrainerProperties
 from torchplug.trainer.run import Runner
 from torchplug.trainer.signals import SignalStop
 from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState
-from torchplug.utilities.rank_zero import rank_zero_info
+from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 if TYPE_CHECKING:
     import torch
@@ -230,7 +230,8 @@ class Trainer(TrainerProperties):
         self.profiler: Profiler = build_profiler(profiler)
         self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
         self.strategy: Strategy = self._resolution.strategy
-        rank_zero_info(self._resolution.summary())
+        if rank_zero_only.is_zero():  # the line asks torch about unused devices: only where it is shown
+            rank_zero_info(self._resolution.summary())
         self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev, barebones)
         self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary, max_time, barebones)
         self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir, plugin_host)
