@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from torchplug.trainer.shard_check import _fingerprint
+from torchplug.loops.shard_check import _fingerprint
 
 
 def test_the_same_batch_gives_the_same_fingerprint_and_another_batch_another() -> None:

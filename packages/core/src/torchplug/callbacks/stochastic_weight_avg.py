@@ -12,8 +12,8 @@ from typing_extensions import override
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks._copy import copy_module, refuse_sharded
 from torchplug.callbacks.callback import Callback
+from torchplug.loops.optimization import accepts_batch_idx
 from torchplug.trainer.data import batch_transfer
-from torchplug.trainer.optimization import accepts_batch_idx
 from torchplug.trainer.optimizers import LRSchedulerConfig
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 

@@ -18,12 +18,12 @@ if TYPE_CHECKING:
     from torchplug.environments.cluster_environment import ClusterEnvironment
     from torchplug.io.checkpoint_io import CheckpointIO
     from torchplug.loggers.logger import Logger
+    from torchplug.loops.fit import FitLoop
     from torchplug.precision.precision import Precision
     from torchplug.strategies.strategy import Strategy
     from torchplug.trainer.checkpoint_connector import CheckpointConnector
     from torchplug.trainer.connector import Resolution
     from torchplug.trainer.data import DataConnector
-    from torchplug.trainer.fit_loop import FitLoop
     from torchplug.trainer.hooks import HookRunner
     from torchplug.trainer.logger_connector import LoggerConnector
     from torchplug.trainer.preemption import PreemptionWatch

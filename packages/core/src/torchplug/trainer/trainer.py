@@ -19,6 +19,8 @@ from torchplug.callbacks.callback import Callback
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
+from torchplug.loops.evaluation import EvaluationLoop, PredictionLoop
+from torchplug.loops.fit import FitLoop
 from torchplug.profilers.profiler import Profiler, build_profiler
 from torchplug.trainer import arguments as check
 from torchplug.trainer.callback_connector import add_feature_callbacks, build_callbacks
@@ -32,8 +34,6 @@ from torchplug.trainer.connector import (
     resolve,
 )
 from torchplug.trainer.data import DataConnector, data_sources
-from torchplug.trainer.evaluation_loop import EvaluationLoop, PredictionLoop
-from torchplug.trainer.fit_loop import FitLoop
 from torchplug.trainer.hooks import HookRunner
 from torchplug.trainer.logger_choice import LoggerArg, build_loggers
 from torchplug.trainer.logger_connector import LoggerConnector

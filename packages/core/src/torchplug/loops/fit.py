@@ -2,7 +2,7 @@
 
 Its semantics are Lightning 2.x's (hook order, when the optimizer steps and zeroes, when
 schedulers step, when validation runs, at which step metrics are logged); its per-batch path is
-built once per epoch from the hooks somebody overrides (see :mod:`torchplug.trainer.optimization`),
+built once per epoch from the hooks somebody overrides (see :mod:`torchplug.loops.optimization`),
 so what nobody overrides costs nothing. The loop uses only the Trainer's public API and the
 objects it is handed.
 """
@@ -16,15 +16,15 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchplug._errors import MisconfigurationError
+from torchplug.loops.evaluation import EvaluationLoop
+from torchplug.loops.nonfinite import LossCheck
+from torchplug.loops.optimization import automatic_step, manual_backward, manual_optimizers, manual_step
+from torchplug.loops.schedulers import SchedulerStepper
+from torchplug.loops.shard_check import warn_if_every_process_got_the_same_batch
 from torchplug.trainer.arguments import check_int
 from torchplug.trainer.checkpoint_connector import gradients_of, load_gradients
 from torchplug.trainer.data import batch_transfer
-from torchplug.trainer.evaluation_loop import EvaluationLoop
 from torchplug.trainer.metrics import BATCH_TRAIN, EPOCH
-from torchplug.trainer.nonfinite import LossCheck
-from torchplug.trainer.optimization import automatic_step, manual_backward, manual_optimizers, manual_step
-from torchplug.trainer.schedulers import SchedulerStepper
-from torchplug.trainer.shard_check import warn_if_every_process_got_the_same_batch
 from torchplug.trainer.states import FitProgress, RunningStage
 from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn

@@ -31,7 +31,7 @@ from torchplug.trainer.hooks import is_overridden
 from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from torchplug.trainer.fit_loop import FitLoop
+    from torchplug.loops.fit import FitLoop
     from torchplug.trainer.hooks import HookRunner
     from torchplug.trainer.trainer import Trainer
 

@@ -10,12 +10,12 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchplug._errors import MisconfigurationError
+from torchplug.loops.optimization import accepts_batch_idx
 from torchplug.precision.precision import Precision
 from torchplug.strategies.strategy import Strategy
 from torchplug.trainer.data import IndexBatchSampler, batch_transfer, with_batch_indices
 from torchplug.trainer.hooks import is_overridden
 from torchplug.trainer.metrics import BATCH_EVAL, EPOCH
-from torchplug.trainer.optimization import accepts_batch_idx
 from torchplug.trainer.states import RunningStage
 
 if TYPE_CHECKING:
