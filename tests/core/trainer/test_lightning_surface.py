@@ -347,7 +347,9 @@ def test_barebones_refuses_a_callback_of_a_feature_it_turns_off_naming_barebones
 
 def test_a_model_summary_callback_is_kept_with_enable_model_summary_false_and_said(capsys):
     with pytest.warns(UserWarning, match=r"enable_model_summary=False turns off only the default summary: the Model"):
-        trainer = torchplug.Trainer(**quiet(enable_model_summary=False, callbacks=[ModelSummary(max_depth=2)]))
+        trainer = torchplug.Trainer(
+            **quiet(enable_model_summary=False, callbacks=[ModelSummary(max_depth=2)], max_epochs=1)
+        )
     trainer.fit(Classifier(), datamodule=BlobData())
     assert "Trainable params" in capsys.readouterr().out  # printed, as Lightning prints it
 

@@ -272,7 +272,7 @@ class StochasticWeightAveraging(Callback):
                 layer.num_batches_tracked.zero_()
             momenta[layer] = layer.momentum
             layer.momentum = None  # a cumulative average over the pass
-        transfer = batch_transfer(trainer, 0)
+        transfer = batch_transfer(trainer.strategy, trainer.module, trainer.datamodule, 0)
         user_step: Callable[..., Any] = module.training_step
         step = user_step if accepts_batch_idx(user_step) else (lambda batch, batch_idx: user_step(batch))
         limit = trainer.num_training_batches

@@ -19,9 +19,10 @@ from torchplug.trainer.metrics import BATCH_EVAL, EPOCH
 from torchplug.trainer.states import RunningStage
 
 if TYPE_CHECKING:
+    from torchplug.core.module import Module
+    from torchplug.loops.state import LoopConfig, RunState
     from torchplug.trainer.hooks import HookRunner
     from torchplug.trainer.logger_connector import LoggerConnector
-    from torchplug.trainer.trainer import Trainer
 
 __all__ = ["EvaluationLoop", "PredictionLoop"]
 
@@ -49,18 +50,17 @@ def _requires_dataloader_idx(function: Callable[..., Any]) -> bool:
     return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
-def grad_context(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
+def grad_context(config: LoopConfig) -> contextlib.AbstractContextManager[Any]:
     """``torch.inference_mode()`` (``Trainer(inference_mode=True)``, the default) or ``torch.no_grad()``."""
-    return torch.inference_mode() if trainer.inference_mode else torch.no_grad()
+    return torch.inference_mode() if config.inference_mode else torch.no_grad()
 
 
-def _step_function(trainer: Trainer, step_name: str, loaders: int) -> Callable[..., Any]:
+def _step_function(strategy: Strategy, module: Module, step_name: str, loaders: int) -> Callable[..., Any]:
     """``<step>(batch, batch_idx[, dataloader_idx])`` through the strategy and precision only where they change it.
 
     Raises:
         MisconfigurationError: Several dataloaders, but the step takes no ``dataloader_idx``.
     """
-    strategy, module = trainer.strategy, trainer.module
     precision = strategy.precision
     user_step = getattr(module, step_name)
     if loaders > 1 and not _accepts_dataloader_idx(user_step):
@@ -102,10 +102,12 @@ class EvaluationLoop:
     """Runs ``validation_step`` or ``test_step`` over dataloaders, with the hooks around them.
 
     Args:
-        trainer: The Trainer (read through its public API).
+        run: The run's configuration and state (the module, the stage).
+        strategy: The strategy (devices, and the steps it changes).
         hooks: Runs the callbacks' and the module's hooks.
         logging: Receives the logged metrics.
         stage: :attr:`RunningStage.VALIDATING` or :attr:`RunningStage.TESTING`.
+        logger_step: The step at which the epoch's metrics are logged (the fit's stepped batches).
         inside_fit: The validation loop of ``fit``: the step at which each batch's metrics are
             logged counts on across its runs (until :meth:`reset_step_counts`), as in Lightning.
             Otherwise it starts from 0 at each run.
@@ -113,13 +115,18 @@ class EvaluationLoop:
 
     def __init__(
         self,
-        trainer: Trainer,
+        run: RunState,
+        *,
+        strategy: Strategy,
         hooks: HookRunner,
         logging: LoggerConnector,
         stage: RunningStage,
+        logger_step: Callable[[], int],
         inside_fit: bool = False,
     ) -> None:
-        self.trainer = trainer
+        self._run = run
+        self._strategy = strategy
+        self._logger_step = logger_step
         self._hooks = hooks
         self._logging = logging
         self.stage = stage
@@ -145,14 +152,16 @@ class EvaluationLoop:
         """
         if not sum(limits):
             return []
-        trainer, hooks = self.trainer, self._hooks
+        run, strategy, hooks = self._run, self._strategy, self._hooks
+        module = run.module
+        assert module is not None
         step_name, infix, store = _STAGES[self.stage]
         if sanity:
             store = "sanity_check"
         results = self._logging.results
         assert results is not None
-        trainer.state.stage = RunningStage.SANITY_CHECKING if sanity else self.stage
-        step = _step_function(trainer, step_name, len(loaders))
+        run.status.stage = RunningStage.SANITY_CHECKING if sanity else self.stage
+        step = _step_function(strategy, module, step_name, len(loaders))
         results.set_stage(store, reset=True)
         results.phase = EPOCH
         if not self._inside_fit:
@@ -166,9 +175,9 @@ class EvaluationLoop:
         log_steps = not sanity and bool(self._logging.loggers)
         seen = self._seen
         results.phase = BATCH_EVAL
-        with grad_context(trainer):
+        with grad_context(run.config):
             for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
-                transfer = batch_transfer(trainer, loader_idx)
+                transfer = batch_transfer(strategy, module, run.datamodule, loader_idx)
                 results.dataloader_idx = loader_idx if several else None
                 extra = (loader_idx,) if several else ()
                 for batch_idx, batch in enumerate(loader):
@@ -195,7 +204,7 @@ class EvaluationLoop:
         hooks.call(f"on_{infix}_epoch_end")
         results.compute_epoch(store)
         if not sanity:
-            self._logging.log_epoch_metrics(store, trainer.fit_loop.progress.stepped_batches)
+            self._logging.log_epoch_metrics(store, self._logger_step())
         results.phase = None
         hooks.call(f"on_{infix}_end")
         results.reset_metric_objects(store)
@@ -203,7 +212,8 @@ class EvaluationLoop:
         return results.results_per_dataloader(store, len(loaders))
 
     def _model_eval(self, infix: str) -> None:
-        self._modes.capture(self.trainer.module)
+        assert self._run.module is not None
+        self._modes.capture(self._run.module)
         self._hooks.call_module(f"on_{infix}_model_eval")
 
     def _model_train(self, infix: str) -> None:
@@ -218,8 +228,10 @@ class PredictionLoop:
     """Runs ``predict_step`` over dataloaders and keeps the predictions.
 
     Args:
-        trainer: The Trainer (read through its public API).
+        run: The run's configuration and state (the module, the stage).
+        strategy: The strategy (devices, and the steps it changes).
         hooks: Runs the callbacks' and the module's hooks.
+        writers: The attached prediction writers (:class:`torchplug.callbacks.BasePredictionWriter`).
 
     Attributes:
         current_batch_indices: The dataset indices of the batch being predicted, while a prediction
@@ -229,8 +241,12 @@ class PredictionLoop:
             writer that writes at the epoch's end is attached.
     """
 
-    def __init__(self, trainer: Trainer, hooks: HookRunner) -> None:
-        self.trainer = trainer
+    def __init__(
+        self, run: RunState, *, strategy: Strategy, hooks: HookRunner, writers: Callable[[], list[Any]]
+    ) -> None:
+        self._run = run
+        self._writers = writers
+        self._strategy = strategy
         self._hooks = hooks
         self._modes = _ModuleModes()
         self._predictions: list[list[Any]] = []
@@ -248,17 +264,17 @@ class PredictionLoop:
         Predictions are also kept, whatever ``keep`` says, while a prediction writer that writes at
         the epoch's end is attached (it receives them in ``write_on_epoch_end``).
         """
-        from torchplug.callbacks.prediction_writer import BasePredictionWriter
-
-        trainer, hooks = self.trainer, self._hooks
-        writers = [c for c in trainer.callbacks if isinstance(c, BasePredictionWriter)]
+        run, strategy, hooks = self._run, self._strategy, self._hooks
+        module = run.module
+        assert module is not None
+        writers = self._writers()
         on_epoch = any(w.interval.on_epoch for w in writers)
         keep = keep or on_epoch
         if writers:  # decided once: the indices cost a sampler wrapper, paid only by runs that write
             loaders = [with_batch_indices(loader) for loader in loaders]
-        trainer.state.stage = RunningStage.PREDICTING
-        step = _step_function(trainer, "predict_step", len(loaders))
-        self._modes.capture(trainer.module)
+        run.status.stage = RunningStage.PREDICTING
+        step = _step_function(strategy, module, "predict_step", len(loaders))
+        self._modes.capture(module)
         self._predictions = [[] for _ in loaders]
         self.epoch_batch_indices = [[] for _ in loaders]
         self.current_batch_indices = None
@@ -268,9 +284,9 @@ class PredictionLoop:
         on_start = hooks.batch_hooks("on_predict_batch_start")
         on_end = hooks.batch_hooks("on_predict_batch_end")
         several = len(loaders) > 1
-        with grad_context(trainer):
+        with grad_context(run.config):
             for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
-                transfer = batch_transfer(trainer, loader_idx)
+                transfer = batch_transfer(strategy, module, run.datamodule, loader_idx)
                 extra = (loader_idx,) if several else ()
                 kept = self._predictions[loader_idx]
                 sampler = getattr(loader, "batch_sampler", None) if writers else None

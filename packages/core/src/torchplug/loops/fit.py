@@ -18,11 +18,18 @@ import torch
 from torchplug._errors import MisconfigurationError
 from torchplug.loops.evaluation import EvaluationLoop
 from torchplug.loops.nonfinite import LossCheck
-from torchplug.loops.optimization import automatic_step, manual_backward, manual_optimizers, manual_step
+from torchplug.loops.optimization import (
+    automatic_step,
+    batches_per_optimizer_step,
+    manual_backward,
+    manual_optimizers,
+    manual_step,
+)
+from torchplug.loops.progress import Counters, EpochLoop
 from torchplug.loops.schedulers import SchedulerStepper
 from torchplug.loops.shard_check import warn_if_every_process_got_the_same_batch
-from torchplug.trainer.arguments import check_int
 from torchplug.trainer.checkpoint_connector import gradients_of, load_gradients
+from torchplug.trainer.checkpoint_layout import lightning_loops
 from torchplug.trainer.data import batch_transfer
 from torchplug.trainer.metrics import BATCH_TRAIN, EPOCH
 from torchplug.trainer.states import FitProgress, RunningStage
@@ -31,12 +38,14 @@ from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
 
 if TYPE_CHECKING:
+    from torchplug.loops.state import RunState
+    from torchplug.profilers.profiler import Profiler
+    from torchplug.strategies.strategy import Strategy
     from torchplug.trainer.data import DataConnector
     from torchplug.trainer.hooks import HookRunner
     from torchplug.trainer.logger_connector import LoggerConnector
     from torchplug.trainer.preemption import PreemptionWatch
     from torchplug.trainer.signals import SignalStop
-    from torchplug.trainer.trainer import Trainer
 
 __all__ = ["FitLoop"]
 
@@ -69,24 +78,34 @@ class FitLoop:
     """Runs ``fit``: epochs, batches, optimizer steps, validation, and the epoch-end work.
 
     Args:
-        trainer: The Trainer that owns the loop (read through its public API).
+        run: The run's configuration and state (module, optimizers, stop request).
+        strategy: The strategy (devices, processes, collectives).
         hooks: Runs the callbacks' and the module's hooks.
         logging: Sends the logged metrics to the loggers.
         data: The run's dataloaders.
         preemption: Watches for a scheduler's preemption notice.
+        profiler: Times the epochs and batches when active.
         signals: Stops training at a batch boundary after SIGINT or SIGTERM (None: not watched).
+        ckpt_path: The checkpoint the run resumed from (None: a fresh start), for messages.
     """
 
     def __init__(
         self,
-        trainer: Trainer,
+        run: RunState,
+        *,
+        strategy: Strategy,
         hooks: HookRunner,
         logging: LoggerConnector,
         data: DataConnector,
         preemption: PreemptionWatch,
+        profiler: Profiler,
         signals: SignalStop | None = None,
+        ckpt_path: Callable[[], str | None] = lambda: None,
     ) -> None:
-        self.trainer = trainer
+        self._run = run
+        self._strategy = strategy
+        self._profiler = profiler
+        self._ckpt_path = ckpt_path
         self._signals = signals
         self._hooks = hooks
         self._logging = logging
@@ -94,14 +113,22 @@ class FitLoop:
         self._preemption = preemption
         self.progress = FitProgress()
         #: The validation loop run inside ``fit``.
-        self.val_loop = EvaluationLoop(trainer, hooks, logging, RunningStage.VALIDATING, inside_fit=True)
+        self.val_loop = EvaluationLoop(
+            run,
+            strategy=strategy,
+            hooks=hooks,
+            logging=logging,
+            stage=RunningStage.VALIDATING,
+            logger_step=self._stepped_batches,
+            inside_fit=True,
+        )
         #: The loss of the last training batch, as computed (not detached: use :attr:`last_loss` to read it).
         self.raw_loss: torch.Tensor | None = None
         #: Validate every this many batches (``inf``: at the end of each epoch of an unsized loader).
         self.val_check_batch: float = math.inf
         #: The non-finite loss check of the run in progress (``Trainer(nonfinite_loss=...)``).
-        self.loss_check = LossCheck(trainer, self.progress)
-        self._schedulers = SchedulerStepper(trainer, hooks)
+        self.loss_check = LossCheck(run.config, strategy, self.progress)
+        self._schedulers = SchedulerStepper(run, hooks, logging, self._current_epoch)
         self._resume_rng: dict[str, Any] | None = None
         self._resume_gradients: list[torch.Tensor | None] | None = None
         self._pending_gradients = False  # gradients accumulated since the last optimizer step
@@ -112,46 +139,50 @@ class FitLoop:
         self._validates = False  # fit validates (data, batches, validation_step)
         self._check_loss_every = 0  # check the loss every this many batches (nonfinite_loss="raise")
         self._compare_shards = True  # the first batch is still to be compared across processes
+        #: Whether the loop was restored from a checkpoint and has not run a batch since (Lightning's ``restarting``).
+        self.restarting = False
+        self._epoch_loop = EpochLoop(self)
 
     # -- the run's limits, Lightning's way to change them between fit() calls ----------------------
-    # They live on the Trainer (trainer.max_epochs...); these read and write the same values, so
-    # ``trainer.fit_loop.max_epochs = 5`` before a second fit() trains on, as in Lightning.
+    # They live in the run's LoopConfig (trainer.max_epochs reads the same value); setting them goes
+    # through RunState.configure, so ``trainer.fit_loop.max_epochs = 5`` before a second fit() trains
+    # on, as in Lightning, checked as the argument is.
 
     @property
     def max_epochs(self) -> int | None:
         """The Trainer's ``max_epochs``; set it to train on in a later ``fit()`` (checked like the argument)."""
-        return self.trainer.max_epochs
+        return self._run.config.max_epochs
 
     @max_epochs.setter
     def max_epochs(self, value: int | None) -> None:
-        self.trainer.max_epochs = check_int("fit_loop.max_epochs", value, 1, (None, -1))
+        self._run.configure("max_epochs", value, "fit_loop.max_epochs")
 
     @property
     def max_steps(self) -> int:
         """The Trainer's ``max_steps`` (-1: no limit); settable, like :attr:`max_epochs`."""
-        return self.trainer.max_steps
+        return self._run.config.max_steps
 
     @max_steps.setter
     def max_steps(self, value: int) -> None:
-        self.trainer.max_steps = check_int("fit_loop.max_steps", value, 1, (-1,))
+        self._run.configure("max_steps", value, "fit_loop.max_steps")
 
     @property
     def min_epochs(self) -> int | None:
         """The Trainer's ``min_epochs``; settable, like :attr:`max_epochs`."""
-        return self.trainer.min_epochs
+        return self._run.config.min_epochs
 
     @min_epochs.setter
     def min_epochs(self, value: int | None) -> None:
-        self.trainer.min_epochs = check_int("fit_loop.min_epochs", value, 0, (None,))
+        self._run.configure("min_epochs", value, "fit_loop.min_epochs")
 
     @property
     def min_steps(self) -> int | None:
         """The Trainer's ``min_steps``; settable, like :attr:`max_epochs`."""
-        return self.trainer.min_steps
+        return self._run.config.min_steps
 
     @min_steps.setter
     def min_steps(self, value: int | None) -> None:
-        self.trainer.min_steps = check_int("fit_loop.min_steps", value, 0, (None,))
+        self._run.configure("min_steps", value, "fit_loop.min_steps")
 
     # -- state ------------------------------------------------------------------------------------
 
@@ -171,6 +202,7 @@ class FitLoop:
         self._resume_rng = rng
         self._resume_gradients = gradients
         self._pending_gradients = gradients is not None
+        self.restarting = True
 
     def state_dict(self) -> dict[str, Any]:
         """The loop's position for a checkpoint (plain data), as :class:`FitProgress` describes it."""
@@ -179,13 +211,50 @@ class FitLoop:
             state["stepped_batches"] += 1
         return state
 
+    # -- Lightning's loop surface: views of the position above ---------------------------------------
+
+    @property
+    def epoch_loop(self) -> EpochLoop:
+        """The training epoch's batch position (``epoch_loop.batch_progress``, ``global_step``...), as in Lightning."""
+        return self._epoch_loop
+
+    @property
+    def epoch_progress(self) -> Counters:
+        """Epochs: ``current`` and ``total`` counters (``ready``, ``started``, ``processed``, ``completed``)."""
+        return Counters(self.lightning_counters()["epoch_progress"])
+
+    @property
+    def total_batch_idx(self) -> int:
+        """The index of the last training batch run, over all epochs (-1 before the first)."""
+        return self.progress.total_batches - 1
+
+    @property
+    def batch_idx(self) -> int:
+        """The index of the last training batch run in this epoch (-1 before its first)."""
+        return self.progress.batches_done - 1
+
+    def lightning_counters(self) -> dict[str, Any]:
+        """The fit loop's position as Lightning's progress counters (its checkpoints' ``loops.fit_loop`` entry)."""
+        run = self._run
+        batches = self._data.num_training_batches if self._data.train_loader is not None else float("inf")
+        accumulate = batches_per_optimizer_step(run.config, self._strategy)
+        counters: dict[str, Any] = lightning_loops(self.state_dict(), batches, accumulate)["fit_loop"]
+        return counters
+
     def mark_validated(self) -> None:
         """Record that the validation due after the last batch has run (a checkpoint from now on resumes past it)."""
         self.progress.tail_done = True
 
     def accumulated_gradients(self) -> list[torch.Tensor | None] | None:
         """The gradients accumulated since the last optimizer step, when a checkpoint falls in the middle."""
-        return gradients_of(self.trainer.module) if self._pending_gradients else None
+        module = self._run.module
+        return gradients_of(module) if self._pending_gradients and module is not None else None
+
+    def _stepped_batches(self) -> int:
+        return self.progress.stepped_batches
+
+    def _current_epoch(self) -> int:
+        return self.progress.epoch
 
     def count_optimizer_step(self) -> None:
         """Count one optimizer step (manual optimization counts each ``optimizer.step()``)."""
@@ -230,10 +299,10 @@ class FitLoop:
 
     def setup_validation_schedule(self) -> None:
         """Turn ``val_check_interval`` into a number of batches, once the training loader is known."""
-        trainer = self.trainer
-        interval, batches = trainer.val_check_interval, self._data.num_training_batches
+        config = self._run.config
+        interval, batches = config.val_check_interval, self._data.num_training_batches
         if isinstance(interval, int):
-            if trainer.check_val_every_n_epoch is not None and interval > batches and self.validation_enabled:
+            if config.check_val_every_n_epoch is not None and interval > batches and self.validation_enabled:
                 raise MisconfigurationError(
                     f"val_check_interval={interval} is more than the {batches} training batches of an epoch. "
                     "Hint: lower it, pass check_val_every_n_epoch=None to count batches across epochs, or "
@@ -257,9 +326,9 @@ class FitLoop:
         epochs; with fewer batches than that in an epoch, a short run writes none at all (Lightning
         warns the same way).
         """
-        trainer, batches = self.trainer, self._data.num_training_batches
-        every = trainer.log_every_n_steps
-        if not trainer.loggers or math.isinf(batches) or not 0 < batches < every:
+        batches = self._data.num_training_batches
+        every = self._run.config.log_every_n_steps
+        if not self._logging.loggers or math.isinf(batches) or not 0 < batches < every:
             return
         rank_zero_warn(
             f"An epoch has {int(batches)} training batches, fewer than log_every_n_steps={every}: metrics logged "
@@ -269,30 +338,28 @@ class FitLoop:
 
     def can_stop_early(self) -> bool:
         """Whether ``min_epochs`` and ``min_steps`` allow training to stop now."""
-        trainer, progress = self.trainer, self.progress
-        enough_epochs = progress.epoch >= (trainer.min_epochs or 0)
-        enough_steps = trainer.min_steps is None or progress.global_step >= trainer.min_steps
+        config, progress = self._run.config, self.progress
+        enough_epochs = progress.epoch >= (config.min_epochs or 0)
+        enough_steps = config.min_steps is None or progress.global_step >= config.min_steps
         return enough_epochs and enough_steps
 
     def should_validate(self, batch_idx: int, is_last: bool) -> bool:
         """Whether validation runs after batch ``batch_idx`` of this epoch."""
-        trainer = self.trainer
-        every = trainer.check_val_every_n_epoch
+        every = self._run.config.check_val_every_n_epoch
         if every is not None and (self.progress.epoch + 1) % every:
             return False
         check = self.val_check_batch
         if math.isinf(check):
             return is_last
-        if trainer.should_stop and self.can_stop_early():
+        if self._run.should_stop and self.can_stop_early():
             return True
         count = batch_idx if every is not None else self.progress.total_batches - 1
         return (count + 1) % check == 0
 
     def run_validation(self) -> None:
         """Run the validation loop inside ``fit``, then go back to training."""
-        trainer = self.trainer
         self.val_loop.run(self._data.val_loaders, self._data.num_val_batches, after_batches=self.mark_validated)
-        trainer.state.stage = RunningStage.TRAINING
+        self._run.status.stage = RunningStage.TRAINING
         assert self._logging.results is not None
         self._logging.results.set_stage("train", reset=False)
         self._logging.results.phase = BATCH_TRAIN
@@ -303,13 +370,14 @@ class FitLoop:
         The random state is restored afterwards (Python, NumPy, torch and the accelerator's), so
         training draws the same numbers with or without the sanity check.
         """
-        trainer = self.trainer
-        steps = trainer.num_sanity_val_steps
+        status = self._run.status
+        steps = self._run.config.num_sanity_val_steps
         if not steps or not self._data.validation_possible or self.progress.global_step:
             return
-        accelerator = trainer.accelerator
+        accelerator = self._strategy.accelerator
+        assert accelerator is not None, "resolution always sets the accelerator"
         rng, device_rng = capture_rng_states(), accelerator.get_rng_state()
-        trainer.state.stage = RunningStage.SANITY_CHECKING
+        status.stage = RunningStage.SANITY_CHECKING
         for hook in self._hooks.callbacks("on_sanity_check_start"):
             hook()
         self._data.setup_val()  # val_dataloader() is called here, as in Lightning
@@ -321,25 +389,28 @@ class FitLoop:
             self._logging.reset_metrics()  # the sanity check's values reach no logger and no later callback
         for hook in self._hooks.callbacks("on_sanity_check_end"):
             hook()
-        trainer.state.stage = None
+        status.stage = None
         restore_rng_states(rng)
         if device_rng is not None:
             accelerator.set_rng_state(device_rng)
 
     # -- the loop ---------------------------------------------------------------------------------
 
+    @property
     def done(self) -> bool:
         """Whether training should end now (max_steps, max_epochs, or a stop request past the minimums)."""
-        trainer, progress = self.trainer, self.progress
-        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
+        config, progress = self._run.config, self.progress
+        if config.max_steps != -1 and progress.global_step >= config.max_steps:
             return True
-        if trainer.max_epochs is not None and trainer.max_epochs != -1 and progress.epoch >= trainer.max_epochs:
+        if config.max_epochs is not None and config.max_epochs != -1 and progress.epoch >= config.max_epochs:
             return True
-        return trainer.should_stop and self.can_stop_early()
+        return self._run.should_stop and self.can_stop_early()
 
     def run(self) -> None:
         """Train until :meth:`done`."""
-        trainer = self.trainer
+        run, config = self._run, self._run.config
+        module = run.module
+        assert module is not None
         self._compare_shards = True
         # As in Lightning: train_dataloader() here, after the sanity check, then val_dataloader() unless it ran
         self._data.setup_train()
@@ -347,7 +418,7 @@ class FitLoop:
         self.setup_validation_schedule()
         self._check_logging_interval()
         if self._data.num_training_batches == 0:
-            if trainer.limit_train_batches == 0:  # asked for: said at the info level
+            if config.limit_train_batches == 0:  # asked for: said at the info level
                 rank_zero_info("fit() stopped: no training batches (limit_train_batches=0 or an empty loader).")
             else:
                 rank_zero_warn(
@@ -356,32 +427,32 @@ class FitLoop:
                     "last, smaller batch) and the split that train_dataloader() returns."
                 )
             return
-        if self.done():
+        if self.done:
             self._warn_nothing_left()
             return
         self._warn_if_eval_mode()
-        self.loss_check = LossCheck(trainer, self.progress)
-        if not trainer.module.automatic_optimization:
+        self.loss_check = LossCheck(config, self._strategy, self.progress)
+        if not module.automatic_optimization:
             if self.loss_check.mode == "skip":
                 raise MisconfigurationError(
                     "nonfinite_loss='skip' needs automatic optimization: with manual optimization your "
                     "training_step steps the optimizers itself. Hint: check the loss there "
                     "(torch.isfinite(loss)) before calling step(), and use nonfinite_loss='raise' or 'ignore'."
                 )
-            trainer.module._step_optimizers = manual_optimizers(trainer, self, self._hooks)
-            trainer.module._manual_backward = manual_backward(trainer, self._hooks)
+            module._step_optimizers = manual_optimizers(run, self._strategy, self, self._hooks)
+            module._manual_backward = manual_backward(self._strategy, self._hooks)
         results = self._logging.results
         assert results is not None
-        trainer.state.stage = RunningStage.TRAINING
+        run.status.stage = RunningStage.TRAINING
         results.set_stage("train", reset=False)
         results.phase = EPOCH  # on_train_start may log epoch values
         self._hooks.call("on_train_start")
-        profiler = trainer.profiler
+        profiler = self._profiler
         run_epoch = profiler.wrap("run_training_epoch", self.run_epoch) if profiler.active else self.run_epoch
-        while not self.done() and not self._preemption.preempted:
+        while not self.done and not self._preemption.preempted:
             steps, fresh = self.progress.global_step, self.progress.batches_done == 0
             run_epoch()
-            if fresh and self.progress.global_step == steps and trainer.max_epochs in (None, -1):
+            if fresh and self.progress.global_step == steps and run.config.max_epochs in (None, -1):
                 self._warn_no_step(steps)
                 break
         if self.progress.batches_done:  # stopped in the middle of an epoch: its end did not check
@@ -391,15 +462,15 @@ class FitLoop:
 
     def _warn_nothing_left(self) -> None:
         """fit() starts where its limits are already reached (a checkpoint of a finished run): it trains nothing."""
-        trainer, progress = self.trainer, self.progress
-        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
-            reached = f"max_steps={trainer.max_steps} is already reached"
-        elif trainer.max_epochs not in (None, -1) and progress.epoch >= trainer.max_epochs:
-            reached = f"max_epochs={trainer.max_epochs} is already reached"
+        config, progress, ckpt_path = self._run.config, self.progress, self._ckpt_path()
+        if config.max_steps != -1 and progress.global_step >= config.max_steps:
+            reached = f"max_steps={config.max_steps} is already reached"
+        elif config.max_epochs not in (None, -1) and progress.epoch >= config.max_epochs:
+            reached = f"max_epochs={config.max_epochs} is already reached"
         else:
             reached = "the run had been asked to stop (trainer.should_stop, set by EarlyStopping for example)"
         where = f"epoch {progress.epoch}, global step {progress.global_step}"
-        if trainer.ckpt_path is None:  # a second fit() of the same Trainer goes on from where the first ended
+        if ckpt_path is None:  # a second fit() of the same Trainer goes on from where the first ended
             rank_zero_warn(
                 f"fit() trained nothing: this Trainer's earlier fit() ended at {where}, where {reached}, and a "
                 "Trainer goes on from where it stopped. Hint: raise trainer.fit_loop.max_epochs (or max_steps) "
@@ -407,23 +478,25 @@ class FitLoop:
             )
             return
         rank_zero_warn(
-            f"fit() trained nothing: it resumed from {trainer.ckpt_path!r} at {where}, where {reached}. Hint: raise "
+            f"fit() trained nothing: it resumed from {ckpt_path!r} at {where}, where {reached}. Hint: raise "
             "max_epochs or max_steps to train on from this checkpoint, or start without ckpt_path."
         )
 
     def _warn_no_step(self, steps: int) -> None:
         """An epoch took no optimizer step, and only max_steps bounds the run: it would never end."""
-        trainer = self.trainer
+        config = self._run.config
         rank_zero_warn(
             f"fit() stopped after epoch {self.progress.epoch - 1}: the epoch took no optimizer step (global step "
-            f"still {steps}), and with max_epochs={trainer.max_epochs} and max_steps={trainer.max_steps} fit() "
+            f"still {steps}), and with max_epochs={config.max_epochs} and max_steps={config.max_steps} fit() "
             "would run forever. Causes: a training dataloader that yields no batch, on_train_batch_start "
             "returning -1 at the first batch, or manual optimization that never calls optimizer.step(). Hint: fix "
             "the cause, or set max_epochs to bound the run in epochs."
         )
 
     def _warn_if_eval_mode(self) -> None:
-        in_eval = [name or "(the module)" for name, m in self.trainer.module.named_modules() if not m.training]
+        module = self._run.module
+        assert module is not None
+        in_eval = [name or "(the module)" for name, m in module.named_modules() if not m.training]
         if in_eval:
             rank_zero_warn(
                 f"{len(in_eval)} module(s) are in eval mode at the start of training ({', '.join(in_eval[:5])}"
@@ -433,10 +506,10 @@ class FitLoop:
 
     def run_epoch(self) -> None:
         """One epoch (or the rest of one, when resuming), then the epoch-end work (unless preempted)."""
-        trainer, progress = self.trainer, self.progress
-        trainer.state.stage = RunningStage.TRAINING
+        progress = self.progress
+        self._run.status.stage = RunningStage.TRAINING
         resuming = progress.batches_done > 0
-        every = trainer.reload_dataloaders_every_n_epochs
+        every = self._run.config.reload_dataloaders_every_n_epochs
         if every and not resuming and progress.epoch and progress.epoch % every == 0:
             self._data.reload_fit()
             self.setup_validation_schedule()
@@ -479,14 +552,15 @@ class FitLoop:
         if self._resume_rng is not None:
             restore_rng_states(self._resume_rng)
             self._resume_rng = None
-        if self._resume_gradients is not None:
-            load_gradients(self.trainer.module, self._resume_gradients)
+        if self._resume_gradients is not None and self._run.module is not None:
+            load_gradients(self._run.module, self._resume_gradients)
             self._resume_gradients = None
-        strategy = self.trainer.strategy
+        self.restarting = False  # the checkpoint's position is in place: from here on the loop runs anew
+        strategy = self._strategy
         if self._compare_shards and not progress.batches_done and getattr(strategy, "distinct_batches", False):
             self._compare_shards = False  # once per fit: the first epoch that starts from its first batch
-            if self.trainer.world_size > 1:
-                iterator = warn_if_every_process_got_the_same_batch(self.trainer, iterator)
+            if strategy.world_size > 1:
+                iterator = warn_if_every_process_got_the_same_batch(strategy, iterator)
         return iterator
 
     def _run_batches(self, iterator: Iterator[Any]) -> None:
@@ -522,18 +596,20 @@ class FitLoop:
 
     def _batch_function(self) -> Callable[[Any, int, bool], bool | None]:
         """Build the per-batch function once per epoch, binding only the hooks somebody overrides."""
-        trainer, progress, hooks = self.trainer, self.progress, self._hooks
+        run, strategy, progress, hooks = self._run, self._strategy, self.progress, self._hooks
+        module = run.module
+        assert module is not None
         results = self._logging.results
         assert results is not None
-        transfer = batch_transfer(trainer, 0)
+        transfer = batch_transfer(strategy, module, run.datamodule, 0)
         callbacks_start = hooks.callbacks("on_train_batch_start")
         module_start = hooks.module_hook("on_train_batch_start")
         on_end = hooks.batch_hooks("on_train_batch_end")
-        automatic = trainer.module.automatic_optimization
-        train_step = automatic_step(trainer, self, hooks) if automatic else manual_step(trainer, self, hooks)
-        accumulate = trainer.batches_per_optimizer_step if automatic else 1
+        automatic = module.automatic_optimization
+        train_step = automatic_step(run, strategy, self, hooks) if automatic else manual_step(run, strategy, self)
+        accumulate = batches_per_optimizer_step(run.config, strategy) if automatic else 1
         schedulers = self._schedulers
-        profiler = trainer.profiler
+        profiler = self._profiler
         if profiler.active:  # decided once per epoch: without a profiler nothing is wrapped
             transfer = profiler.wrap("batch_to_device", transfer)
             train_step = profiler.wrap("run_training_batch", train_step)
@@ -569,7 +645,7 @@ class FitLoop:
         ``resumed``: this is the end of a batch that finished before the checkpoint a run resumed from
         (its step metrics were never kept, so they are not logged). Returns True when training must stop now.
         """
-        trainer, progress, logging = self.trainer, self.progress, self._logging
+        run, progress, logging = self._run, self.progress, self._logging
         every = self._check_loss_every
         if every and not resumed and progress.total_batches % every == 0:
             self.loss_check.check(self.raw_loss, batch_idx)  # one sync every log_every_n_steps batches, none else
@@ -579,7 +655,7 @@ class FitLoop:
             self._logs
             and should_step
             and not resumed
-            and ((stepped + 1) % trainer.log_every_n_steps == 0 or trainer.should_stop)
+            and ((stepped + 1) % run.config.log_every_n_steps == 0 or run.should_stop)
         ):
             logging.log_step_metrics(stepped)
         if self._validates and self.should_validate(batch_idx, is_last):
@@ -597,9 +673,10 @@ class FitLoop:
         if self._preemption.active and not self._pending_gradients and self._preemption.requested():
             self._preemption.handle()
             return True
-        if trainer.max_steps != -1 and progress.global_step >= trainer.max_steps:
+        max_steps = run.config.max_steps
+        if max_steps != -1 and progress.global_step >= max_steps:
             return True
-        return trainer.should_stop and self.can_stop_early()
+        return run.should_stop and self.can_stop_early()
 
     def _epoch_end(self) -> None:
         """The epoch-end hooks, metrics and plateau schedulers.
@@ -607,10 +684,10 @@ class FitLoop:
         The monitoring callbacks (checkpoints) run last, once the epoch is marked finished: a checkpoint
         they write resumes in the next epoch, with all of this done.
         """
-        trainer, progress = self.trainer, self.progress
+        progress = self.progress
         results = self._logging.results
         assert results is not None
-        trainer.state.stage = RunningStage.TRAINING
+        self._run.status.stage = RunningStage.TRAINING
         results.set_stage("train", reset=False)
         results.phase = EPOCH
         self.loss_check.check(self.raw_loss, progress.batches_done - 1)  # before the epoch's metrics and checkpoints

@@ -24,8 +24,9 @@ from torchplug._errors import NonFiniteLossError
 from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
+    from torchplug.loops.state import LoopConfig
+    from torchplug.strategies.strategy import Strategy
     from torchplug.trainer.states import FitProgress
-    from torchplug.trainer.trainer import Trainer
 
 __all__ = ["LossCheck"]
 
@@ -40,15 +41,16 @@ class LossCheck:
     """The non-finite loss check of one ``fit``, as ``Trainer(nonfinite_loss=...)`` asks.
 
     Args:
-        trainer: The Trainer (its ``nonfinite_loss``, ``log_every_n_steps`` and strategy are read).
+        config: The loop arguments (``nonfinite_loss`` and ``log_every_n_steps`` are read).
+        strategy: Where the processes agree on a verdict.
         progress: The fit loop's position, read when a loss is recorded.
     """
 
-    def __init__(self, trainer: Trainer, progress: FitProgress) -> None:
-        self.mode: str = trainer.nonfinite_loss
+    def __init__(self, config: LoopConfig, strategy: Strategy, progress: FitProgress) -> None:
+        self.mode: str = config.nonfinite_loss
         #: Check every this many batches (0: never between epoch ends, as with ``"skip"`` and ``"ignore"``).
-        self.every = max(1, trainer.log_every_n_steps) if self.mode == "raise" else 0
-        self._trainer = trainer
+        self.every = max(1, config.log_every_n_steps) if self.mode == "raise" else 0
+        self._strategy = strategy
         self._progress = progress
         self._finite_at: int | None = None  # the global step of the last check that passed
         self._bad_in_window = False  # "skip": a non-finite loss since the last optimizer step
@@ -72,12 +74,12 @@ class LossCheck:
         """
         if self.mode != "raise":
             return
-        trainer, progress = self._trainer, self._progress
+        strategy, progress = self._strategy, self._progress
         bad = loss is not None and not bool(torch.isfinite(loss.detach()).all())
-        if trainer.world_size > 1 and trainer.strategy.reduce_boolean_decision(bad, all=False) and not bad:
+        if strategy.world_size > 1 and strategy.reduce_boolean_decision(bad, all=False) and not bad:
             raise NonFiniteLossError(
                 f"The training loss of another process is not finite at global step {progress.global_step} (this "
-                f"process, global rank {trainer.global_rank}, has a finite one). {_HINT}"
+                f"process, global rank {strategy.global_rank}, has a finite one). {_HINT}"
             )
         if not bad:
             self._finite_at = progress.global_step
@@ -110,9 +112,9 @@ class LossCheck:
         Every process decides together (one collective when several train): all skip, or none.
         """
         bad, self._bad_in_window = self._bad_in_window, False
-        trainer = self._trainer
-        if trainer.world_size > 1:
-            bad = trainer.strategy.reduce_boolean_decision(bad, all=False)
+        strategy = self._strategy
+        if strategy.world_size > 1:
+            bad = strategy.reduce_boolean_decision(bad, all=False)
         if not bad:
             return False
         for group in optimizer.param_groups:

@@ -32,14 +32,15 @@ from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
     from torchplug.loops.fit import FitLoop
+    from torchplug.loops.state import LoopConfig, RunState
     from torchplug.trainer.hooks import HookRunner
-    from torchplug.trainer.trainer import Trainer
 
 __all__ = [
     "OptimizerStepper",
     "StepOptimizer",
     "accepts_batch_idx",
     "automatic_step",
+    "batches_per_optimizer_step",
     "manual_backward",
     "manual_optimizers",
     "manual_step",
@@ -62,9 +63,17 @@ def accepts_batch_idx(step: Callable[..., Any]) -> bool:
     return len(positional) >= 2
 
 
-def _forward(trainer: Trainer) -> Callable[[Any, int], Any]:
+def batches_per_optimizer_step(config: LoopConfig, strategy: Strategy) -> int:
+    """Training batches per optimizer step: ``accumulate_grad_batches``, or 1 where the strategy accumulates itself.
+
+    A strategy with ``handles_gradient_accumulation`` (the IPU's) accumulates inside its compiled
+    step, on the device, so the loop steps the optimizer after every batch.
+    """
+    return 1 if strategy.handles_gradient_accumulation else config.accumulate_grad_batches
+
+
+def _forward(strategy: Strategy, module: Module) -> Callable[[Any, int], Any]:
     """``training_step(batch, batch_idx)`` through the strategy and precision only where they change it."""
-    strategy, module = trainer.strategy, trainer.module
     precision = strategy.precision
     step: Callable[..., Any]  # the user's training_step may take (batch) or (batch, batch_idx)
     if is_overridden(strategy, "training_step", Strategy) or (
@@ -78,11 +87,12 @@ def _forward(trainer: Trainer) -> Callable[[Any, int], Any]:
     return lambda batch, batch_idx: step(batch)
 
 
-def _backward(trainer: Trainer, optimizer: torch.optim.Optimizer | None) -> Callable[[_Tensor], None] | None:
+def _backward(
+    strategy: Strategy, module: Module, optimizer: torch.optim.Optimizer | None
+) -> Callable[[_Tensor], None] | None:
     """The backward to run, or None when ``loss.backward()`` alone is what every layer would do."""
-    strategy = trainer.strategy
     precision = strategy.precision
-    plain = not is_overridden(strategy, "backward", Strategy) and not is_overridden(trainer.module, "backward", Module)
+    plain = not is_overridden(strategy, "backward", Strategy) and not is_overridden(module, "backward", Module)
     if plain and precision is not None:
         plain = not any(is_overridden(precision, n, Precision) for n in ("pre_backward", "backward", "post_backward"))
     if plain:
@@ -99,12 +109,11 @@ class OptimizerStepper:
     ``step`` needs the closure gets it).
 
     Args:
-        trainer: The Trainer whose strategy steps.
+        strategy: The strategy that steps (with its precision).
         optimizer: The optimizer to step.
     """
 
-    def __init__(self, trainer: Trainer, optimizer: torch.optim.Optimizer) -> None:
-        strategy = trainer.strategy
+    def __init__(self, strategy: Strategy, optimizer: torch.optim.Optimizer) -> None:
         precision = strategy.precision
         self.optimizer = optimizer
         self._direct = not is_overridden(strategy, "optimizer_step", Strategy) and not (
@@ -177,18 +186,26 @@ def _warn_none_once() -> None:
         )
 
 
-def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchStep:
+def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: HookRunner) -> BatchStep:
     """The function that runs one batch of automatic optimization: ``step(batch, batch_idx, should_step)``.
+
+    One implementation for every configuration: what varies (hooks, plugins, accumulation,
+    clipping, the non-finite check) is decided here, once per epoch, and costs nothing per step
+    where nobody uses it. When nothing but the optimizer's own ``step()`` follows the closure
+    (no ``optimizer_step`` override, neither plugin steps, the optimizer does not call the closure
+    itself), the closure's body runs inline, without building a closure: the same calls in the
+    same order (a test compares both ways on every hook combination).
 
     Returns what ``on_train_batch_end`` receives as ``outputs`` (built only when somebody reads it).
     """
-    strategy = trainer.strategy
-    optimizer = trainer.optimizers[0]
-    forward = _forward(trainer)
-    backward = _backward(trainer, optimizer)
-    stepper = OptimizerStepper(trainer, optimizer)
-    accumulate = trainer.batches_per_optimizer_step
-    world_size = trainer.world_size
+    module = run.module
+    assert module is not None
+    optimizer = run.optimizers[0]
+    forward = _forward(strategy, module)
+    backward = _backward(strategy, module, optimizer)
+    stepper = OptimizerStepper(strategy, optimizer)
+    accumulate = batches_per_optimizer_step(run.config, strategy)
+    world_size = strategy.world_size
     zero_grad_hook = hooks.module_hook("optimizer_zero_grad")
     # The strategy's zero_grad only where it changes it: otherwise the optimizer's, with no extra call.
     zero_grad = (
@@ -200,103 +217,79 @@ def automatic_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchS
     before_backward = hooks.batch_hooks("on_before_backward")
     after_backward = hooks.batch_hooks("on_after_backward")
     before_step = hooks.batch_hooks("on_before_optimizer_step")
-    clip = _clipping(trainer, hooks, optimizer)
-    unscale = _unscaling(trainer, optimizer)
+    clip = _clipping(run.config, strategy, hooks, optimizer)
+    unscale = _unscaling(strategy, optimizer)
     step_hook = hooks.module_hook("optimizer_step")
     hook_optimizer = StepOptimizer(stepper) if step_hook is not None else None
     wants_outputs = bool(hooks.batch_hooks("on_train_batch_end"))
     progress = loop.progress
     skipping = loop.loss_check if loop.loss_check.mode == "skip" else None  # nonfinite_loss="skip"
+    inline = step_hook is None and stepper.direct and not calls_closure_itself(optimizer)
+    no_backward_sync = strategy.no_backward_sync
 
-    lean = (
-        accumulate == 1
-        and step_hook is None
-        and stepper.direct
-        and not calls_closure_itself(optimizer)
-        and skipping is None
-        and unscale is None
-        and clip is None
-        and not (before_zero_grad or before_backward or after_backward or before_step)
-    )
-    if lean:
-        # Nothing between the forward and the optimizer's step but zero_grad and backward: the same
-        # order as the closure below (forward, zero_grad, backward, step), without building closures.
-        def run_lean(batch: Any, batch_idx: int, should_step: bool) -> Any:
-            output = forward(batch, batch_idx)
-            loss = output if type(output) is _Tensor else _loss_of(output, world_size)
+    def closure_body(batch: Any, batch_idx: int, stepping: bool) -> tuple[Any, _Tensor | None]:
+        """Forward, zero_grad (first batch of a window), backward and, when ``stepping``, the pre-step work."""
+        output = forward(batch, batch_idx)
+        loss = output if type(output) is _Tensor else _loss_of(output, world_size)
+        if accumulate > 1:
+            if loss is not None:
+                loss = loss / accumulate
+            zeroes = batch_idx % accumulate == 0
+        else:
+            zeroes = True
+        if zeroes:
+            for hook in before_zero_grad:
+                hook(optimizer)
             if zero_grad_hook is not None:
                 zero_grad_hook(progress.epoch, batch_idx, optimizer)
             else:
                 zero_grad()
-            if loss is not None:
-                if backward is None:
-                    loss.backward()
-                else:
-                    backward(loss)
+        if loss is not None:
+            for hook in before_backward:
+                hook(loss)
+            if backward is None:
+                loss.backward()
+            else:
+                backward(loss)
+            for hook in after_backward:
+                hook()
+            if skipping is not None:
+                skipping.note(loss)
+        if not stepping or (skipping is not None and skipping.drop_step(optimizer)):
+            return output, loss  # dropped: no gradients left, the optimizer (and a loss scaler) skip the step
+        if unscale is not None:  # the hooks and the clipping see the true gradients
+            unscale()
+        for hook in before_step:
+            hook(optimizer)
+        if clip is not None:
+            clip()
+        return output, loss
+
+    def run_batch(batch: Any, batch_idx: int, should_step: bool) -> Any:
+        if not should_step:
+            with no_backward_sync(True):
+                output, loss = closure_body(batch, batch_idx, False)
+        elif inline:
+            output, loss = closure_body(batch, batch_idx, True)
             optimizer.step()
             progress.global_step += 1
-            loop.raw_loss = loss
-            return _outputs(output, loss) if wants_outputs else None
-
-        return run_lean
-
-    def run(batch: Any, batch_idx: int, should_step: bool) -> Any:
-        result: list[Any] = [None, None]  # training_step's output, the (normalised) loss
-
-        def closure() -> _Tensor | None:
-            output = result[0] = forward(batch, batch_idx)
-            loss = output if type(output) is _Tensor else _loss_of(output, world_size)
-            if loss is not None and accumulate > 1:
-                loss = loss / accumulate
-            result[1] = loss
-            if batch_idx % accumulate == 0:
-                for hook in before_zero_grad:
-                    hook(optimizer)
-                if zero_grad_hook is not None:
-                    zero_grad_hook(progress.epoch, batch_idx, optimizer)
-                else:
-                    zero_grad()
-            if loss is not None:
-                for hook in before_backward:
-                    hook(loss)
-                if backward is None:
-                    loss.backward()
-                else:
-                    backward(loss)
-                for hook in after_backward:
-                    hook()
-                if skipping is not None:
-                    skipping.note(loss)
-            return loss
-
-        if not should_step:
-            with strategy.no_backward_sync(True):
-                closure()
         else:
+            result: list[Any] = [None, None]  # training_step's output, the (normalised) loss
 
-            def step_closure() -> _Tensor | None:
-                loss = closure()
-                if skipping is not None and skipping.drop_step(optimizer):
-                    return loss  # no gradients left: the optimizer (and a loss scaler) skip the step
-                if unscale is not None:  # the hooks and the clipping see the true gradients
-                    unscale()
-                for hook in before_step:
-                    hook(optimizer)
-                if clip is not None:
-                    clip()
-                return loss
+            def closure() -> _Tensor | None:
+                result[0], result[1] = closure_body(batch, batch_idx, True)
+                return result[1]  # type: ignore[no-any-return]
 
             if step_hook is None:
-                stepper.step(step_closure)
+                stepper.step(closure)
             else:
-                step_hook(progress.epoch, batch_idx, hook_optimizer, step_closure)
+                step_hook(progress.epoch, batch_idx, hook_optimizer, closure)
+            output, loss = result
             progress.global_step += 1
-        loop.raw_loss = result[1]
-        if not wants_outputs:
-            return None
-        return _outputs(result[0], result[1])
+        loop.raw_loss = loss
+        return _outputs(output, loss) if wants_outputs else None
 
-    return run
+    return run_batch
 
 
 def _outputs(output: Any, loss: _Tensor | None) -> dict[str, Any]:
@@ -306,23 +299,24 @@ def _outputs(output: Any, loss: _Tensor | None) -> dict[str, Any]:
     return {"loss": loss.detach(), **extra}
 
 
-def _unscaling(trainer: Trainer, optimizer: torch.optim.Optimizer) -> Callable[[], None] | None:
+def _unscaling(strategy: Strategy, optimizer: torch.optim.Optimizer) -> Callable[[], None] | None:
     """The precision's unscaling of the gradients after backward, when it scales the loss (``16-mixed``)."""
-    precision = trainer.strategy.precision
+    precision = strategy.precision
     if precision is None or not is_overridden(precision, "unscale_gradients", Precision):
         return None
     return lambda: precision.unscale_gradients(optimizer)
 
 
-def _clipping(trainer: Trainer, hooks: HookRunner, optimizer: torch.optim.Optimizer) -> Callable[[], None] | None:
+def _clipping(
+    config: LoopConfig, strategy: Strategy, hooks: HookRunner, optimizer: torch.optim.Optimizer
+) -> Callable[[], None] | None:
     """The gradient clipping after the closure: the module's ``configure_gradient_clipping``, or the Trainer's."""
-    clip_val, algorithm = trainer.gradient_clip_val, trainer.gradient_clip_algorithm
+    clip_val, algorithm = config.gradient_clip_val, config.gradient_clip_algorithm
     hook = hooks.module_hook("configure_gradient_clipping")
     if hook is not None:
         return lambda: hook(optimizer, clip_val, algorithm)
     if not clip_val:
         return None
-    strategy = trainer.strategy
     return lambda: strategy.clip_gradients(optimizer, clip_val, algorithm)
 
 
@@ -382,11 +376,12 @@ def _then(
     return result
 
 
-def manual_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchStep:
+def manual_step(run: RunState, strategy: Strategy, loop: FitLoop) -> BatchStep:
     """The function that runs one batch of manual optimization: the module steps its optimizers itself."""
-    forward = _forward(trainer)
+    assert run.module is not None
+    forward = _forward(strategy, run.module)
 
-    def run(batch: Any, batch_idx: int, should_step: bool) -> Any:
+    def run_batch(batch: Any, batch_idx: int, should_step: bool) -> Any:
         output = forward(batch, batch_idx)
         if isinstance(output, _Tensor):
             loss = loop.raw_loss = output.detach()
@@ -404,10 +399,10 @@ def manual_step(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> BatchStep
             )
         return {}
 
-    return run
+    return run_batch
 
 
-def manual_optimizers(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> list[StepOptimizer]:
+def manual_optimizers(run: RunState, strategy: Strategy, loop: FitLoop, hooks: HookRunner) -> list[StepOptimizer]:
     """The optimizers ``self.optimizers()`` returns in manual optimization.
 
     Each ``step()`` counts a global step and, where somebody overrides ``on_before_optimizer_step``
@@ -420,9 +415,9 @@ def manual_optimizers(trainer: Trainer, loop: FitLoop, hooks: HookRunner) -> lis
 
     hooks_before = hooks.batch_hooks("on_before_optimizer_step")
     optimizers = []
-    for optimizer in trainer.optimizers:
-        before = _before_optimizer_step(hooks_before, _unscaling(trainer, optimizer))
-        optimizers.append(StepOptimizer(OptimizerStepper(trainer, optimizer), count, before))
+    for optimizer in run.optimizers:
+        before = _before_optimizer_step(hooks_before, _unscaling(strategy, optimizer))
+        optimizers.append(StepOptimizer(OptimizerStepper(strategy, optimizer), count, before))
     return optimizers
 
 
@@ -441,7 +436,7 @@ def _before_optimizer_step(
     return before
 
 
-def manual_backward(trainer: Trainer, hooks: HookRunner) -> Callable[..., None] | None:
+def manual_backward(strategy: Strategy, hooks: HookRunner) -> Callable[..., None] | None:
     """``self.manual_backward(loss)`` with ``on_before_backward`` and ``on_after_backward`` around it.
 
     None where nobody overrides either hook: then ``manual_backward`` calls the strategy directly.
@@ -450,7 +445,6 @@ def manual_backward(trainer: Trainer, hooks: HookRunner) -> Callable[..., None] 
     after = hooks.batch_hooks("on_after_backward")
     if not before and not after:
         return None
-    strategy = trainer.strategy
 
     def backward(loss: _Tensor, *args: Any, **kwargs: Any) -> None:
         for hook in before:

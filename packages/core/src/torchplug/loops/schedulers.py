@@ -15,28 +15,35 @@ from torchplug._errors import MisconfigurationError
 from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
+    from torchplug.loops.state import RunState
     from torchplug.trainer.hooks import HookRunner
-    from torchplug.trainer.trainer import Trainer
+    from torchplug.trainer.logger_connector import LoggerConnector
 
 __all__ = ["SchedulerStepper"]
 
 
 class SchedulerStepper:
-    """Steps ``trainer.lr_scheduler_configs`` through the module's ``lr_scheduler_step``.
+    """Steps the run's ``lr_scheduler_configs`` through the module's ``lr_scheduler_step``.
 
     Args:
-        trainer: The Trainer whose schedulers and metrics are used.
+        run: The run's state (its module and scheduler configs).
         hooks: Runs the module's ``lr_scheduler_step``.
+        logging: The logged metrics, which a ReduceLROnPlateau monitors.
+        current_epoch: The epoch in progress.
     """
 
-    def __init__(self, trainer: Trainer, hooks: HookRunner) -> None:
-        self._trainer = trainer
+    def __init__(
+        self, run: RunState, hooks: HookRunner, logging: LoggerConnector, current_epoch: Callable[[], int]
+    ) -> None:
+        self._run = run
         self._hooks = hooks
+        self._logging = logging
+        self._current_epoch = current_epoch
 
     def _has(self, interval: str, plateau: bool) -> bool:
-        return any(
-            c.interval == interval and c.reduce_on_plateau is plateau for c in self._trainer.lr_scheduler_configs
-        )
+        return any(c.interval == interval and c.reduce_on_plateau is plateau for c in self._run.lr_scheduler_configs)
 
     @property
     def has_step_interval(self) -> bool:
@@ -64,21 +71,22 @@ class SchedulerStepper:
         Raises:
             MisconfigurationError: A monitored metric was never logged and the config is ``strict``.
         """
-        trainer = self._trainer
-        if not trainer.module.automatic_optimization:
+        run = self._run
+        if run.module is None or not run.module.automatic_optimization:
             return
-        count = (batch_idx if interval == "step" else trainer.current_epoch) + 1
-        for config in trainer.lr_scheduler_configs:
+        count = (batch_idx if interval == "step" else self._current_epoch()) + 1
+        metrics = self._logging.callback_metrics
+        for config in run.lr_scheduler_configs:
             if config.interval != interval or config.reduce_on_plateau is not plateau or count % config.frequency:
                 continue
             metric = None
             if plateau:
-                metric = trainer.callback_metrics.get(config.monitor or "")
+                metric = metrics.get(config.monitor or "")
                 if metric is None:
                     if config.strict:
                         raise MisconfigurationError(
                             f"ReduceLROnPlateau monitors {config.monitor!r}, which was not logged. Logged: "
-                            f"{', '.join(sorted(trainer.callback_metrics)) or '(none)'}. Hint: self.log it, or set "
+                            f"{', '.join(sorted(metrics)) or '(none)'}. Hint: self.log it, or set "
                             "'strict': False in the lr_scheduler dict."
                         )
                     rank_zero_warn(

@@ -19,7 +19,7 @@ import torch
 from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from torchplug.trainer.trainer import Trainer
+    from torchplug.strategies.strategy import Strategy
 
 __all__ = ["warn_if_every_process_got_the_same_batch"]
 
@@ -58,7 +58,7 @@ def _fingerprint(batch: Any) -> torch.Tensor:
     return torch.stack([total, weighted])
 
 
-def warn_if_every_process_got_the_same_batch(trainer: Trainer, iterator: Iterator[Any]) -> Iterator[Any]:
+def warn_if_every_process_got_the_same_batch(strategy: Strategy, iterator: Iterator[Any]) -> Iterator[Any]:
     """Peek at the first batch, compare it across the processes (one all_gather), return the whole iterator.
 
     Every process calls it at the same point (the start of a fit's first epoch). A process whose
@@ -72,14 +72,13 @@ def warn_if_every_process_got_the_same_batch(trainer: Trainer, iterator: Iterato
     else:
         rest = itertools.chain([first], iterator)
         fingerprint = _fingerprint(first)
-    strategy = trainer.strategy
     # float32 on the wire: every backend gathers it (XLA and others emulate float64, if at all).
     gathered = strategy.all_gather(fingerprint.to(strategy.root_device, torch.float32)).to("cpu")
     values = gathered.reshape(-1, 2)
-    every = values.shape[0] == trainer.world_size  # (a strategy whose all_gather returned less: no verdict)
+    every = values.shape[0] == strategy.world_size  # (a strategy whose all_gather returned less: no verdict)
     if every and bool(torch.isfinite(values).all()) and bool((values == values[0]).all()):
         rank_zero_warn(
-            f"Every one of the {trainer.world_size} processes got the same first training batch: the data is not "
+            f"Every one of the {strategy.world_size} processes got the same first training batch: the data is not "
             "sharded, so each process trains on all of it (every sample counts world_size times, and an epoch "
             "repeats the data world_size times over). An IterableDataset must shard itself (by "
             "torch.distributed.get_rank() and get_world_size(), e.g. datasets' split_dataset_by_node); a "

@@ -35,6 +35,7 @@ from torchplug.utilities.rank_zero import rank_zero_warn
 from torchplug.utilities.seed import worker_init_function, workers_seeded
 
 if TYPE_CHECKING:
+    from torchplug.strategies.strategy import Strategy
     from torchplug.trainer.trainer import Trainer
 
 __all__ = [
@@ -396,13 +397,11 @@ def check_iterable(loader: Any, what: str) -> Iterable[Any]:
     return loader
 
 
-def _data_hook(trainer: Trainer, name: str) -> Callable[..., Any] | None:
+def _data_hook(module: Module, datamodule: DataModule | None, name: str) -> Callable[..., Any] | None:
     """The DataModule's override of a batch hook (it wins), else the module's, else None."""
-    datamodule = trainer.datamodule
     if datamodule is not None and is_overridden(datamodule, name, DataModule):
         hook: Callable[..., Any] = getattr(datamodule, name)
         return hook
-    module = trainer.module
     return getattr(module, name) if is_overridden(module, name, Module) else None
 
 
@@ -424,7 +423,9 @@ def data_sources(fn: str, name: str, loaders: Any, datamodule: DataModule | None
     return loaders, datamodule
 
 
-def batch_transfer(trainer: Trainer, dataloader_idx: int) -> Callable[[Any], Any]:
+def batch_transfer(
+    strategy: Strategy, module: Module, datamodule: DataModule | None, dataloader_idx: int
+) -> Callable[[Any], Any]:
     """The function that brings one batch from the loader to the device, decided once per loop.
 
     In order: the precision's ``convert_input`` (where it converts), ``on_before_batch_transfer``,
@@ -432,7 +433,6 @@ def batch_transfer(trainer: Trainer, dataloader_idx: int) -> Callable[[Any], Any
     override, else every tensor to the root device), ``on_after_batch_transfer``. Each hook runs
     only where a DataModule or the module overrides it.
     """
-    strategy = trainer.strategy
     device = strategy.root_device
     precision = strategy.precision
     convert = (
@@ -440,9 +440,9 @@ def batch_transfer(trainer: Trainer, dataloader_idx: int) -> Callable[[Any], Any
         if precision is not None and is_overridden(precision, "convert_input", Precision)
         else None
     )
-    before = _data_hook(trainer, "on_before_batch_transfer")
-    after = _data_hook(trainer, "on_after_batch_transfer")
-    user_move = _data_hook(trainer, "transfer_batch_to_device")
+    before = _data_hook(module, datamodule, "on_before_batch_transfer")
+    after = _data_hook(module, datamodule, "on_after_batch_transfer")
+    user_move = _data_hook(module, datamodule, "transfer_batch_to_device")
     move: Callable[[Any], Any]
     if is_overridden(strategy, "batch_to_device", Strategy):
         if user_move is not None:

@@ -8,6 +8,7 @@ from collections.abc import Generator
 from typing import TYPE_CHECKING, Any
 
 from torchplug._errors import MisconfigurationError
+from torchplug.loops.optimization import batches_per_optimizer_step
 from torchplug.trainer.states import RunningStage, TrainerFn, TrainerStatus
 
 if TYPE_CHECKING:
@@ -15,10 +16,13 @@ if TYPE_CHECKING:
 
     from torchplug.accelerators.accelerator import Accelerator
     from torchplug.callbacks.callback import Callback
+    from torchplug.core.datamodule import DataModule
+    from torchplug.core.module import Module
     from torchplug.environments.cluster_environment import ClusterEnvironment
     from torchplug.io.checkpoint_io import CheckpointIO
     from torchplug.loggers.logger import Logger
     from torchplug.loops.fit import FitLoop
+    from torchplug.loops.state import RunState
     from torchplug.precision.precision import Precision
     from torchplug.strategies.strategy import Strategy
     from torchplug.trainer.checkpoint_connector import CheckpointConnector
@@ -26,30 +30,134 @@ if TYPE_CHECKING:
     from torchplug.trainer.data import DataConnector
     from torchplug.trainer.hooks import HookRunner
     from torchplug.trainer.logger_connector import LoggerConnector
+    from torchplug.trainer.optimizers import LRSchedulerConfig
     from torchplug.trainer.preemption import PreemptionWatch
     from torchplug.trainer.states import TrainerState
 
 __all__ = ["TrainerProperties"]
 
 
+class _LoopArgument:
+    """A Trainer attribute that is one of its loop arguments: read from the run's :class:`LoopConfig`.
+
+    Setting it goes through :meth:`RunState.configure` (checked as the argument is, or refused when
+    the value cannot change once the Trainer is made): the one door to each value.
+    """
+
+    __slots__ = ("name",)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, trainer: TrainerProperties | None, owner: type | None = None) -> Any:
+        if trainer is None:
+            return self
+        return getattr(trainer._run.config, self.name)
+
+    def __set__(self, trainer: TrainerProperties, value: Any) -> None:
+        trainer._run.configure(self.name, value)
+
+
 class TrainerProperties:
-    """Read-only properties of :class:`torchplug.Trainer` (a mixin: the Trainer sets the attributes below)."""
+    """Properties of :class:`torchplug.Trainer` (a mixin: the Trainer sets the attributes below).
+
+    The loop arguments (``max_epochs``, ``limit_val_batches``...) are views of the run's
+    :class:`~torchplug.loops.state.LoopConfig`, and ``module``, ``optimizers``, ``should_stop``
+    and ``state`` views of its :class:`~torchplug.loops.state.RunState`.
+    """
 
     strategy: Strategy
-    state: TrainerState
     fit_loop: FitLoop
     _callbacks: list[Callback]
     loggers: list[Logger]
-    default_root_dir: str
-    accumulate_grad_batches: int
-    max_epochs: int | None
-    max_steps: int
+    _run: RunState
     _resolution: Resolution
     _hooks: HookRunner
     _logging: LoggerConnector
     _data: DataConnector
     _checkpoints: CheckpointConnector
     _preemption: PreemptionWatch
+
+    # -- the loop arguments (LoopConfig) and the run's state (RunState) --------------------------------
+
+    max_epochs: Any = _LoopArgument()
+    max_steps: Any = _LoopArgument()
+    min_epochs: Any = _LoopArgument()
+    min_steps: Any = _LoopArgument()
+    limit_train_batches: Any = _LoopArgument()
+    limit_val_batches: Any = _LoopArgument()
+    limit_test_batches: Any = _LoopArgument()
+    limit_predict_batches: Any = _LoopArgument()
+    val_check_interval: Any = _LoopArgument()
+    check_val_every_n_epoch: Any = _LoopArgument()
+    num_sanity_val_steps: Any = _LoopArgument()
+    log_every_n_steps: Any = _LoopArgument()
+    accumulate_grad_batches: Any = _LoopArgument()
+    gradient_clip_val: Any = _LoopArgument()
+    gradient_clip_algorithm: Any = _LoopArgument()
+    inference_mode: Any = _LoopArgument()
+    use_distributed_sampler: Any = _LoopArgument()
+    deterministic: Any = _LoopArgument()
+    benchmark: Any = _LoopArgument()
+    nonfinite_loss: Any = _LoopArgument()
+    reload_dataloaders_every_n_epochs: Any = _LoopArgument()
+    detect_anomaly: Any = _LoopArgument()
+    sync_batchnorm: Any = _LoopArgument()
+    enable_autolog_hparams: Any = _LoopArgument()
+    barebones: Any = _LoopArgument()
+    fast_dev_run: Any = _LoopArgument()
+    overfit_batches: Any = _LoopArgument()
+    default_root_dir: Any = _LoopArgument()
+
+    @property
+    def state(self) -> TrainerState:
+        """The call, stage and status in progress."""
+        return self._run.status
+
+    @property
+    def module(self) -> Module:
+        """The Module of the current (or last) ``fit``/``validate``/``test``/``predict`` call (None before)."""
+        return self._run.module  # type: ignore[return-value]  # None only before the first call, as in Lightning
+
+    @module.setter
+    def module(self, module: Module) -> None:
+        self._run.module = module
+
+    @property
+    def datamodule(self) -> DataModule | None:
+        """The DataModule of the current (or last) call, if one was given."""
+        return self._run.datamodule
+
+    @datamodule.setter
+    def datamodule(self, datamodule: DataModule | None) -> None:
+        self._run.datamodule = datamodule
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers ``configure_optimizers`` returned (set them to replace them, as the tuner does)."""
+        return self._run.optimizers
+
+    @optimizers.setter
+    def optimizers(self, optimizers: list[torch.optim.Optimizer]) -> None:
+        self._run.optimizers = optimizers
+
+    @property
+    def lr_scheduler_configs(self) -> list[LRSchedulerConfig]:
+        """The learning-rate schedulers, with when each steps."""
+        return self._run.lr_scheduler_configs
+
+    @lr_scheduler_configs.setter
+    def lr_scheduler_configs(self, configs: list[LRSchedulerConfig]) -> None:
+        self._run.lr_scheduler_configs = configs
+
+    @property
+    def should_stop(self) -> bool:
+        """Whether training ends at the next boundary (set it to True to ask for that, as EarlyStopping does)."""
+        return self._run.should_stop
+
+    @should_stop.setter
+    def should_stop(self, value: bool) -> None:
+        self._run.should_stop = value
 
     def describe(self) -> str:
         """How the hardware arguments were resolved: each choice and why (also ``core fit --resolve``)."""
@@ -240,7 +348,7 @@ class TrainerProperties:
         A strategy with ``handles_gradient_accumulation`` (the IPU's) accumulates inside its compiled
         step, on the device, so the loop steps the optimizer after every batch.
         """
-        return 1 if self.strategy.handles_gradient_accumulation else self.accumulate_grad_batches
+        return batches_per_optimizer_step(self._run.config, self.strategy)
 
     @property
     def estimated_stepping_batches(self) -> float:

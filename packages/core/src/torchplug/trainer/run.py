@@ -35,6 +35,12 @@ from torchplug.utilities.shutdown import exit_code, note_failure_time
 from torchplug.utilities.table import print_results
 
 if TYPE_CHECKING:
+    from torchplug.trainer.checkpoint_connector import CheckpointConnector
+    from torchplug.trainer.data import DataConnector
+    from torchplug.trainer.hooks import HookRunner
+    from torchplug.trainer.logger_connector import LoggerConnector
+    from torchplug.trainer.preemption import PreemptionWatch
+    from torchplug.trainer.signals import SignalStop
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["Runner"]
@@ -44,11 +50,33 @@ class Runner:
     """Runs one ``fit``/``validate``/``test``/``predict`` call of ``trainer`` from start to teardown.
 
     Args:
-        trainer: The Trainer whose parts (strategy, loops, connectors) it drives.
+        trainer: The Trainer whose public surface (strategy, loops, callbacks) it drives.
+        hooks: Runs the callbacks' and the module's hooks.
+        logging: The run's metrics and loggers.
+        data: The run's dataloaders.
+        checkpoints: Checkpoint dump and restore.
+        preemption: The cluster's preemption notice, watched during ``fit``.
+        signals: SIGINT/SIGTERM handling during ``fit``.
     """
 
-    def __init__(self, trainer: Trainer) -> None:
+    def __init__(
+        self,
+        trainer: Trainer,
+        *,
+        hooks: HookRunner,
+        logging: LoggerConnector,
+        data: DataConnector,
+        checkpoints: CheckpointConnector,
+        preemption: PreemptionWatch,
+        signals: SignalStop,
+    ) -> None:
         self.trainer = trainer
+        self._hooks = hooks
+        self._logging = logging
+        self._data = data
+        self._checkpoints = checkpoints
+        self._preemption = preemption
+        self._signals = signals
         self.handled_exception: BaseException | None = None  # the failure whose on_exception hooks already ran
 
     def run(self, fn: TrainerFn, model: Module, datamodule: DataModule | None, impl: Callable[[], Any]) -> Any:
@@ -85,7 +113,7 @@ class Runner:
         )
         if fn is TrainerFn.FITTING:
             announce_differences(model, trainer.callbacks, trainer.strategy)
-        trainer._hooks.reset()
+        self._hooks.reset()
         trainer.should_stop = False
         launcher = trainer.strategy.launcher
         self.handled_exception = None
@@ -108,7 +136,7 @@ class Runner:
             raise
         finally:
             trainer.state.stage = None
-        signum, trainer._signals.signum = trainer._signals.signum, None
+        signum, self._signals.signum = self._signals.signum, None
         if signum is not None:  # the signal came after the last step: the run is complete, and now it exits
             raise SystemExit(exit_code(signum))
         return result
@@ -129,7 +157,7 @@ class Runner:
             except Exception as hook_error:
                 rank_zero_warn(f"{type(trainer.datamodule).__name__}.on_exception raised {hook_error!r}")
         trainer.strategy.on_exception(exc)
-        trainer._logging.finalize("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
+        self._logging.finalize("interrupted" if isinstance(exc, KeyboardInterrupt) else "failed")
 
     def setup(self, stage: str) -> None:
         """Connect the module, set up the processes, the loggers' directory, ``setup`` hooks and ``configure_model``."""
@@ -142,15 +170,15 @@ class Runner:
             apply_deterministic(trainer.deterministic, trainer.accelerator)
         apply_benchmark(trainer.benchmark, trainer.deterministic, trainer.accelerator)
         trainer.profiler.setup(stage, strategy.local_rank, trainer.log_dir)
-        trainer._hooks.profiler = trainer.profiler
-        results = trainer._logging.reset_results()
+        self._hooks.profiler = trainer.profiler
+        results = self._logging.reset_results()
         trainer.module._results = BAREBONES_RESULTS if trainer.barebones else results
-        trainer._hooks.reset()
-        trainer._data.prepare_data()
-        trainer._logging.agree_on_log_dir()
+        self._hooks.reset()
+        self._data.prepare_data()
+        self._logging.agree_on_log_dir()
         if trainer.datamodule is not None:
             trainer.datamodule.setup(stage)
-        trainer._hooks.call("setup", stage)
+        self._hooks.call("setup", stage)
         configure = _configure_model_hook(trainer.module)
         if configure is not None:
             with strategy.tensor_init_context(), strategy.model_sharded_context():
@@ -164,7 +192,7 @@ class Runner:
         try:
             if trainer.datamodule is not None:
                 trainer.datamodule.teardown(stage)
-            trainer._hooks.call("teardown", stage)
+            self._hooks.call("teardown", stage)
         finally:
             trainer.strategy.checkpoint_io.flush()
             trainer.strategy.teardown()
@@ -178,28 +206,28 @@ class Runner:
         trainer = self.trainer
         self.setup("fit")
         try:
-            trainer._data.setup_fit(train_dataloaders, val_dataloaders)
-            trainer._data.warn_if_validation_is_skipped()
-            trainer._data.warn_if_reload_cannot_reload()
+            self._data.setup_fit(train_dataloaders, val_dataloaders)
+            self._data.warn_if_validation_is_skipped()
+            self._data.warn_if_reload_cannot_reload()
             trainer.strategy.setup(functools.partial(configure_optimizers, trainer))
-            checkpoint = trainer._checkpoints.load_for_fit(ckpt_path)
+            checkpoint = self._checkpoints.load_for_fit(ckpt_path)
             if checkpoint is not None:
-                trainer._checkpoints.restore_model(checkpoint)
-            trainer._hooks.call("on_fit_start")
+                self._checkpoints.restore_model(checkpoint)
+            self._hooks.call("on_fit_start")
             if trainer.enable_autolog_hparams:
-                trainer._logging.log_hyperparams()
-            trainer._logging.log_graph()
+                self._logging.log_hyperparams()
+            self._logging.log_graph()
             if checkpoint is not None:
-                trainer._checkpoints.restore_training_state(checkpoint)
-            trainer._checkpoints.prepare_io()
-            trainer._preemption.start()
-            trainer._signals.start()  # after the environment's handlers (SLURM's SIGTERM), which it leaves alone
+                self._checkpoints.restore_training_state(checkpoint)
+            self._checkpoints.prepare_io()
+            self._preemption.start()
+            self._signals.start()  # after the environment's handlers (SLURM's SIGTERM), which it leaves alone
             trainer.module.zero_grad()  # gradients left from before the run are not this run's
             with _anomaly_detection(trainer.detect_anomaly):
                 trainer.fit_loop.sanity_check()
                 trainer.fit_loop.run()
-            trainer._hooks.call("on_fit_end")
-            trainer._logging.finalize("success")
+            self._hooks.call("on_fit_end")
+            self._logging.finalize("success")
         except ExitRun:
             pass  # a tuner finder ended the run on purpose: tear down and return, as after success
         except TrainingInterrupted as stop:  # raised on every process at the same step: wind down together
@@ -211,11 +239,11 @@ class Runner:
             raise
         finally:
             try:
-                trainer._checkpoints.stop_preparing()
+                self._checkpoints.stop_preparing()
                 self.teardown("fit")  # flushes checkpoint writes before a held-back SIGTERM may be re-sent
             finally:
-                trainer._signals.stop()
-                trainer._preemption.stop()
+                self._signals.stop()
+                self._preemption.stop()
 
     def default_weights(self, fn: TrainerFn) -> str | None:
         """The weights ``validate``/``test``/``predict`` use when given neither a model nor ``ckpt_path``.
@@ -248,16 +276,16 @@ class Runner:
         trainer = self.trainer
         self.setup(fn.value)
         try:
-            loaders, limits = trainer._data.setup_evaluation(fn, dataloaders)
+            loaders, limits = self._data.setup_evaluation(fn, dataloaders)
             trainer.strategy.setup(None)
-            trainer._checkpoints.restore_for_evaluation(ckpt_path, fn.value)
+            self._checkpoints.restore_for_evaluation(ckpt_path, fn.value)
             trainer.module.zero_grad()
             if fn is TrainerFn.PREDICTING:
                 predictions = trainer.predict_loop.run(loaders, limits, keep)
                 return (predictions[0] if len(predictions) == 1 else predictions) if keep else None
             loop = trainer.validate_loop if fn is TrainerFn.VALIDATING else trainer.test_loop
             results = loop.run(loaders, limits)
-            trainer._logging.save()
+            self._logging.save()
             if verbose and trainer.is_global_zero:
                 print_results(results, fn.value)
             return results

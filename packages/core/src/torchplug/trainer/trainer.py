@@ -21,6 +21,7 @@ from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
 from torchplug.loops.evaluation import EvaluationLoop, PredictionLoop
 from torchplug.loops.fit import FitLoop
+from torchplug.loops.state import LoopConfig, RunState
 from torchplug.profilers.profiler import Profiler, build_profiler
 from torchplug.trainer import arguments as check
 from torchplug.trainer.callback_connector import add_feature_callbacks, build_callbacks
@@ -41,15 +42,13 @@ from torchplug.trainer.preemption import PreemptionWatch
 from torchplug.trainer.properties import TrainerProperties
 from torchplug.trainer.run import Runner
 from torchplug.trainer.signals import SignalStop
-from torchplug.trainer.states import RunningStage, TrainerFn, TrainerState
+from torchplug.trainer.states import RunningStage, TrainerFn
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 if TYPE_CHECKING:
-    import torch
-
     from torchplug._host import PluginHost
+    from torchplug.callbacks.prediction_writer import BasePredictionWriter
     from torchplug.strategies.strategy import Strategy
-    from torchplug.trainer.optimizers import LRSchedulerConfig
 
 __all__ = ["Trainer"]
 
@@ -169,7 +168,7 @@ class Trainer(TrainerProperties):
         model_registry: str | None = None,
         plugin_host: PluginHost | None = None,
     ) -> None:
-        self.barebones: bool = check.check_bool("barebones", barebones)
+        barebones = check.check_bool("barebones", barebones)
         if barebones:
             check.check_barebones(locals())
             logger, enable_checkpointing, enable_progress_bar, enable_model_summary = False, False, False, False
@@ -181,51 +180,62 @@ class Trainer(TrainerProperties):
                 "them yourself."
             )
         overfit = check.check_limit("overfit_batches", overfit_batches) or 0
-        self.overfit_batches: int | float = overfit
         if overfit:  # the same batches for training and validation, every epoch (the loaders are made sequential)
             limit_train_batches = limit_val_batches = overfit
-        dev = self.fast_dev_run = check.check_fast_dev_run(fast_dev_run)
+        dev = check.check_fast_dev_run(fast_dev_run)
         steps = check.check_int("max_steps", max_steps, 1, (-1,))
         epochs = check.check_int("max_epochs", max_epochs, 1, (None, -1))
-        self.max_steps: int = dev or steps
-        self.max_epochs: int | None = 1 if dev else (epochs if epochs is not None or steps != -1 else 1000)
-        self.min_epochs: int | None = check.check_int("min_epochs", min_epochs, 0, (None,))
-        self.min_steps: int | None = check.check_int("min_steps", min_steps, 0, (None,))
-        check.warn_if_minimum_above_maximum("epochs", self.min_epochs, epochs)
-        check.warn_if_minimum_above_maximum("steps", self.min_steps, steps)
+        min_epochs = check.check_int("min_epochs", min_epochs, 0, (None,))
+        min_steps = check.check_int("min_steps", min_steps, 0, (None,))
+        check.warn_if_minimum_above_maximum("epochs", min_epochs, epochs)
+        check.warn_if_minimum_above_maximum("steps", min_steps, steps)
         train, val, test, predict = (
             check.check_limit(f"limit_{stage}_batches", value)
             for stage, value in zip(("train", "val", "test", "predict"), (
                 limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches))
         )  # fmt: skip
-        self.limit_train_batches, self.limit_val_batches = dev or train, dev or val
-        self.limit_test_batches, self.limit_predict_batches = dev or test, dev or predict
         interval = check.check_val_check_interval(val_check_interval)
-        self.val_check_interval: int | float = 1.0 if dev else interval
         every_n = check.check_int("check_val_every_n_epoch", check_val_every_n_epoch, 1, (None,))
-        self.check_val_every_n_epoch: int | None = 1 if dev else every_n
         sanity = check.check_int(
             "num_sanity_val_steps", num_sanity_val_steps, 0, (None, -1), "give an int >= 0, or -1 for all batches"
         )
-        self.num_sanity_val_steps: int = 0 if dev else (2 if sanity is None else sanity)
-        self.log_every_n_steps: int = check.check_int("log_every_n_steps", log_every_n_steps, 1, (None,)) or 50
-        self.accumulate_grad_batches: int = check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1)
-        self.gradient_clip_val = check.check_clip_val(gradient_clip_val)
-        self.gradient_clip_algorithm = check.check_clip_algorithm(gradient_clip_algorithm, self.gradient_clip_val)
-        self.inference_mode: bool = check.check_bool("inference_mode", inference_mode)
-        self.use_distributed_sampler: bool = check.check_bool("use_distributed_sampler", use_distributed_sampler)
-        self.deterministic = check.check_bool("deterministic", deterministic, (None, "warn"))
-        self.nonfinite_loss: str = check.check_nonfinite_loss(nonfinite_loss)
+        clip_val = check.check_clip_val(gradient_clip_val)
+        self._run = RunState(
+            LoopConfig(
+                max_epochs=1 if dev else (epochs if epochs is not None or steps != -1 else 1000),
+                max_steps=dev or steps,
+                min_epochs=min_epochs,
+                min_steps=min_steps,
+                limit_train_batches=dev or train,
+                limit_val_batches=dev or val,
+                limit_test_batches=dev or test,
+                limit_predict_batches=dev or predict,
+                val_check_interval=1.0 if dev else interval,
+                check_val_every_n_epoch=1 if dev else every_n,
+                num_sanity_val_steps=0 if dev else (2 if sanity is None else sanity),
+                log_every_n_steps=check.check_int("log_every_n_steps", log_every_n_steps, 1, (None,)) or 50,
+                accumulate_grad_batches=check.check_int("accumulate_grad_batches", accumulate_grad_batches, 1),
+                gradient_clip_val=clip_val,
+                gradient_clip_algorithm=check.check_clip_algorithm(gradient_clip_algorithm, clip_val),
+                inference_mode=check.check_bool("inference_mode", inference_mode),
+                use_distributed_sampler=check.check_bool("use_distributed_sampler", use_distributed_sampler),
+                deterministic=check.check_bool("deterministic", deterministic, (None, "warn")),
+                benchmark=check.check_bool("benchmark", benchmark, (None,)),
+                nonfinite_loss=check.check_nonfinite_loss(nonfinite_loss),
+                reload_dataloaders_every_n_epochs=check.check_int(
+                    "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0
+                ),
+                detect_anomaly=check.check_bool("detect_anomaly", detect_anomaly),
+                sync_batchnorm=check.check_bool("sync_batchnorm", sync_batchnorm),
+                enable_autolog_hparams=check.check_bool("enable_autolog_hparams", enable_autolog_hparams),
+                barebones=barebones,
+                fast_dev_run=dev,
+                overfit_batches=overfit,
+                default_root_dir=check.check_root_dir(default_root_dir),
+            )
+        )
         check.check_bool("enable_checkpointing", enable_checkpointing, (None,))
         check.check_bool("enable_progress_bar", enable_progress_bar, (None,))
-        self.default_root_dir: str = check.check_root_dir(default_root_dir)
-        self.benchmark: bool | None = check.check_bool("benchmark", benchmark, (None,))
-        self.detect_anomaly: bool = check.check_bool("detect_anomaly", detect_anomaly)
-        self.sync_batchnorm: bool = check.check_bool("sync_batchnorm", sync_batchnorm)
-        self.enable_autolog_hparams: bool = check.check_bool("enable_autolog_hparams", enable_autolog_hparams)
-        self.reload_dataloaders_every_n_epochs: int = check.check_int(
-            "reload_dataloaders_every_n_epochs", reload_dataloaders_every_n_epochs, 0
-        )
         enable_model_summary = check.check_bool("enable_model_summary", enable_model_summary, (None,))
         self.profiler: Profiler = build_profiler(profiler)
         self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
@@ -235,23 +245,49 @@ class Trainer(TrainerProperties):
         self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev, barebones)
         self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary, max_time, barebones)
         self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir, plugin_host)
-        self.state = TrainerState()
-        self.should_stop = False
-        self.module: Module = None  # type: ignore[assignment]  # set by fit/validate/test/predict
-        self.datamodule: DataModule | None = None
-        self.optimizers: list[torch.optim.Optimizer] = []
-        self.lr_scheduler_configs: list[LRSchedulerConfig] = []
         self._hooks = HookRunner(self)
         self._logging = LoggerConnector(self)
         self._data = DataConnector(self)
         self._checkpoints = CheckpointConnector(self)
         self._preemption = PreemptionWatch(self, self._checkpoints)
         self._signals = SignalStop(self)
-        self.fit_loop = FitLoop(self, self._hooks, self._logging, self._data, self._preemption, self._signals)
-        self.validate_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.VALIDATING)
-        self.test_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.TESTING)
-        self.predict_loop = PredictionLoop(self, self._hooks)
-        self._runner = Runner(self)
+        run, strategy, hooks, logging = self._run, self.strategy, self._hooks, self._logging
+        self.fit_loop = FitLoop(
+            run,
+            strategy=strategy,
+            hooks=hooks,
+            logging=logging,
+            data=self._data,
+            preemption=self._preemption,
+            profiler=self.profiler,
+            signals=self._signals,
+            ckpt_path=lambda: self._checkpoints.ckpt_path,
+        )
+        stepped = self._stepped_batches
+        self.validate_loop = EvaluationLoop(
+            run, strategy=strategy, hooks=hooks, logging=logging, stage=RunningStage.VALIDATING, logger_step=stepped
+        )
+        self.test_loop = EvaluationLoop(
+            run, strategy=strategy, hooks=hooks, logging=logging, stage=RunningStage.TESTING, logger_step=stepped
+        )
+        self.predict_loop = PredictionLoop(run, strategy=strategy, hooks=hooks, writers=self._prediction_writers)
+        self._runner = Runner(
+            self,
+            hooks=hooks,
+            logging=logging,
+            data=self._data,
+            checkpoints=self._checkpoints,
+            preemption=self._preemption,
+            signals=self._signals,
+        )
+
+    def _prediction_writers(self) -> list[BasePredictionWriter]:
+        from torchplug.callbacks.prediction_writer import BasePredictionWriter  # only a predict() needs it
+
+        return [c for c in self.callbacks if isinstance(c, BasePredictionWriter)]
+
+    def _stepped_batches(self) -> int:
+        return self.fit_loop.progress.stepped_batches
 
     # -- the four entry points ----------------------------------------------------------------------
 
