@@ -15,7 +15,8 @@ from torchplug import (
     PluginUnavailableError,
     UnknownPluginError,
 )
-from torchplug._registry import Provider, Registry, check_availabilities, check_availability, why_unavailable
+from torchplug._boundary import check_availabilities, check_availability, why_unavailable
+from torchplug._registry import Provider, Registry
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.accelerators.cpu import CPUAccelerator
 

@@ -11,11 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from torchplug._boundary import ask_class, at_boundary, run_probe
 from torchplug._deadline import Ticket
 from torchplug._discovery import FAILED_STATES, PluginRecord
 from torchplug._errors import PluginError
 from torchplug._host import PluginHost
-from torchplug._registry import KINDS, RegistryEntry, _ask_class, at_boundary
+from torchplug._registry import KINDS, RegistryEntry
 
 __all__ = ["SCHEMA_VERSION", "EntryReport", "Listing", "check_one", "collect"]
 
@@ -139,7 +140,7 @@ def _probe(reports: list[EntryReport]) -> None:
 def _probe_call(entry: RegistryEntry[Any]) -> Callable[[Ticket], str | None]:
     def call(ticket: Ticket) -> str | None:
         ticket.phase = "running its availability probe"
-        return entry.run_probe()
+        return run_probe(entry)
 
     return call
 
@@ -196,10 +197,10 @@ def _check_call(entry: RegistryEntry[Any]) -> Callable[[Ticket], dict[str, Any]]
         # A class without is_available() (most strategies and precisions) is judged by its entry's
         # probe, so that --check agrees with the status the listing shows without importing.
         if callable(getattr(cls, "is_available", None)):
-            reason = _ask_class(cls, entry, ticket)
+            reason = ask_class(cls, entry, ticket)
         else:
             ticket.phase = "running its availability probe"
-            reason = entry.run_probe()
+            reason = run_probe(entry)
         check["available"] = reason is None
         if reason is None and entry.kind == "accelerator":
             ticket.phase = "running auto_device_count()"

@@ -138,7 +138,7 @@ def _forced(registry: Registry, forced: str) -> Selection:
             "to detect the cluster environment automatically."
         ) from exc
     line = f"{entry.name}: forced by {CLUSTER_ENVIRONMENT_VAR}={forced}"
-    from torchplug._registry import at_boundary
+    from torchplug._boundary import at_boundary
 
     (answer,) = at_boundary([entry], _forced_call)
     if isinstance(answer, PluginError):  # the forced choice stands whatever detect() does
@@ -187,7 +187,7 @@ def _candidates(registry: Registry, skip: set[str], trace: list[str]) -> list[_C
 
 def _load_each(chosen: list[tuple[str, RegistryEntry]], trace: list[str]) -> list[_Candidate]:
     """Import each environment class and read its priority at the plugin boundary (one worker for all)."""
-    from torchplug._registry import at_boundary
+    from torchplug._boundary import at_boundary
 
     found: list[_Candidate] = []
     results = at_boundary([entry for _, entry in chosen], _priority_call)
@@ -236,7 +236,7 @@ def ask(cls: type[ClusterEnvironment]) -> tuple[bool, str]:
 
 
 def _ask(candidate: _Candidate) -> tuple[bool, str]:
-    from torchplug._registry import at_boundary
+    from torchplug._boundary import at_boundary
 
     (answer,) = at_boundary([candidate.entry], _detect_call)
     if isinstance(answer, PluginError):

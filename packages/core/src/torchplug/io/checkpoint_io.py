@@ -102,16 +102,18 @@ class CheckpointIO(ABC):
         """
 
     def exists(self, path: str) -> bool:
-        """Whether a checkpoint is at ``path`` (a file or a directory), not counting an unfinished sharded one.
+        """Whether a complete checkpoint is at ``path`` (a file or a directory).
 
         ``ckpt_path="last"``/``"auto"`` and ``ModelCheckpoint`` choose only among checkpoints that
-        exist by this test, so a directory of DCP shards without its metadata (a save that never
-        finished) is never picked. Default: ask fsspec.
+        exist by this test, so an IO whose saves can leave something unfinished under the final
+        name must not count it (the ``dcp`` IO counts a directory only once its metadata is
+        written; the ``torch`` IO skips a directory of DCP shards without it). Default: anything
+        fsspec finds at ``path``.
         """
-        from torchplug.io._dcp_layout import is_unfinished, url_to_fs
+        from fsspec.core import url_to_fs  # on first use: building a Trainer should not pay for fsspec
 
-        fs, fs_path, _ = url_to_fs(path)
-        return bool(fs.exists(fs_path)) and not is_unfinished(fs, fs_path)
+        fs, fs_path = url_to_fs(str(path))
+        return bool(fs.exists(str(fs_path).rstrip("/") or "/"))
 
     def flush(self) -> None:
         """Block until every save started so far is complete and durable; raise a failed save's error.

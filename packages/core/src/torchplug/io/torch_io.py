@@ -176,6 +176,18 @@ class TorchCheckpointIO(CheckpointIO):
         return checkpoint
 
     @override
+    def exists(self, path: str) -> bool:
+        """Whether a checkpoint is at ``path``: a file, or a directory (DeepSpeed's, a sharded one) but not a torn save.
+
+        A directory of DCP shards without its metadata is a sharded save that never finished
+        (strategies read complete sharded directories whatever their IO): it is no checkpoint.
+        """
+        from torchplug.io._dcp_layout import is_unfinished
+
+        fs, fs_path, _ = _url_to_fs(path)
+        return bool(fs.exists(fs_path)) and not is_unfinished(fs, str(fs_path).rstrip("/") or "/")
+
+    @override
     def remove_checkpoint(self, path: str) -> None:
         """Delete the checkpoint at ``path``; nothing happens if it is already gone."""
         fs, fs_path, _ = _url_to_fs(path)

@@ -264,15 +264,18 @@ class Strategy(ABC):
 
     # -- set-up -------------------------------------------------------------------------------
 
-    def connect(self, module: torch.nn.Module) -> None:
-        """Attach the user's module (not yet moved or wrapped)."""
+    def connect(self, module: torch.nn.Module, backward: Callable[..., Any] | None = None) -> None:
+        """Attach the user's module (not yet moved or wrapped).
+
+        Args:
+            module: The user's module.
+            backward: The module's own ``backward`` hook, where it overrides the default one (the
+                run finds it); :meth:`backward` then calls it on the (scaled) loss in place of the
+                precision's ``backward``. None: the precision computes the gradients.
+        """
         self.module = module
         self.model = module
-        from torchplug.core.module import Module  # torch is imported by now: a run is starting
-        from torchplug.trainer.hooks import is_overridden
-
-        overridden = isinstance(module, Module) and is_overridden(module, "backward", Module)
-        self._module_backward = getattr(module, "backward") if overridden else None  # noqa: B009
+        self._module_backward = backward
 
     def setup_environment(self) -> None:
         """Prepare this process: select its device, and for parallel strategies join the process group.

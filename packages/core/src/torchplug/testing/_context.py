@@ -15,9 +15,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Final
 
+from torchplug._boundary import why_unavailable
 from torchplug._errors import BrokenPluginError, PluginConflictError
 from torchplug._host import PluginHost, plugin_host
-from torchplug._registry import KINDS, RegistryEntry, why_unavailable
+from torchplug._registry import KINDS, RegistryEntry
 from torchplug.testing._check import CheckSkipped
 
 __all__ = ["Context", "Subject", "UsageError", "subprocess_environment"]

@@ -20,9 +20,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Final
 
+from torchplug._boundary import check_availability as registry_check_availability
 from torchplug._errors import MisconfigurationError, PluginError, PluginSettingsError
 from torchplug._registry import Registry, RegistryEntry
-from torchplug._registry import check_availability as registry_check_availability
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.utilities.warn import reset_warned, warn_once
 
@@ -90,7 +90,7 @@ class Choice:
 def check_availability(entry: RegistryEntry[Accelerator]) -> tuple[type[Accelerator] | None, str | None]:
     """Load ``entry``'s class and ask whether it can run here: ``(class, None)`` or ``(class or None, reason)``.
 
-    The plugin boundary of "auto" is :func:`torchplug._registry.check_availability`: the cheap probe
+    The plugin boundary of "auto" is :func:`torchplug._boundary.check_availability`: the cheap probe
     first (nothing is imported when it says no), then the import and ``is_available()``, third-party
     code within ``TORCHPLUG_PLUGIN_TIMEOUT``. Whatever the plugin code raised, or a missed deadline,
     becomes the reason here: one accelerator never stops "auto".

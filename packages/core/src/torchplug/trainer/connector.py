@@ -13,13 +13,14 @@ from __future__ import annotations
 import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol, TypeAlias, TypeVar, runtime_checkable
+from typing import Any, Final, Protocol, TypeAlias, runtime_checkable
 
 import torch
 
+from torchplug._boundary import provide, why_unavailable
 from torchplug._errors import MisconfigurationError, PluginUnavailableError, UnknownPluginError
 from torchplug._host import PluginHost, plugin_host
-from torchplug._registry import INSTALL_HINTS, Registry, RegistryEntry, why_unavailable
+from torchplug._registry import Registry
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.io.checkpoint_io import CheckpointIO
@@ -61,8 +62,6 @@ _PLUGIN_BASES: Final[dict[str, type]] = {
 
 #: The Trainer arguments that take the other registered kinds, for the hint when one is given in ``plugins=``.
 _OTHER_ARGUMENTS: Final = ("strategy", "accelerator", "logger")
-
-_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -158,12 +157,6 @@ def _label(obj: object) -> str:
     return type(obj).__name__
 
 
-def _create(entry: RegistryEntry[_T]) -> _T:
-    """A new instance from a resolved entry, refused when its class says it cannot run here."""
-    entry.ensure_available()
-    return entry.create()
-
-
 @runtime_checkable
 class _WrappingIO(Protocol):
     """A checkpoint IO that delegates to another one (``async``); None inside means "the default one"."""
@@ -236,20 +229,6 @@ class _Resolver:
             "ClusterEnvironment instance, or one of their registered names."
         )
 
-    def instance(self, registry: Registry[_T], value: object) -> _T:
-        """An instance from an instance, a class, or a registry name (looked up once)."""
-        base = registry.base_class
-        if isinstance(value, type) and issubclass(value, base):
-            return value()
-        if isinstance(value, base):
-            return value
-        if isinstance(value, str):
-            return _create(registry.resolve(value))
-        raise MisconfigurationError(
-            f"{registry.kind}={value!r} has type {type(value).__name__}; give a registered name or a "
-            f"{base.__name__} instance. Installed: {', '.join(registry.names())}."
-        )
-
     # -- accelerator ----------------------------------------------------------------------------
 
     def accelerator(self, value: object, strategy: object) -> Accelerator:
@@ -266,10 +245,12 @@ class _Resolver:
             return self.auto_accelerator()
         if isinstance(value, str):
             return self.named_accelerator(value)
-        accelerator = self.instance(self.host.registry("accelerator"), value)
-        reason = why_unavailable(type(accelerator))
-        if reason is not None:
-            raise PluginUnavailableError(f"accelerator={_label(accelerator)}() cannot run on this machine: {reason}")
+        provided = provide(self.host.registry("accelerator"), value, check_instance=True)
+        accelerator = provided.instance
+        if provided.unavailable is not None:
+            raise PluginUnavailableError(
+                f"accelerator={_label(accelerator)}() cannot run on this machine: {provided.unavailable}"
+            )
         self.note("accelerator", _label(accelerator), "given as an instance")
         return accelerator
 
@@ -285,7 +266,7 @@ class _Resolver:
         """A registered accelerator name, else torch's current device type served by the generic accelerator."""
         registry = self.host.registry("accelerator")
         try:
-            entry = registry.resolve(value)
+            provided = provide(registry, value)
         except UnknownPluginError as unknown:
             from torchplug.accelerators.torch_device import NAME, resolve_device_type
 
@@ -304,9 +285,8 @@ class _Resolver:
                 f"the generic accelerator {NAME!r} from {generic.provider}",
             )
             return cls()
-        accelerator = _create(entry)
-        self.note("accelerator", entry.name, f"accelerator={value!r}, from {entry.provider}")
-        return accelerator
+        self.note("accelerator", provided.name, f"accelerator={value!r}, from {provided.provider}")
+        return provided.instance
 
     # -- devices --------------------------------------------------------------------------------
 
@@ -383,7 +363,7 @@ class _Resolver:
             return own
         registry = self.host.registry("cluster_environment")
         if plugin is not None:
-            environment = self.instance(registry, plugin)
+            environment = provide(registry, plugin).instance
             self.note(
                 "cluster_environment", plugin if isinstance(plugin, str) else _label(environment), "given in plugins="
             )
@@ -411,12 +391,12 @@ class _Resolver:
         elif isinstance(value, str):
             name, why = value, f"strategy={value!r}"
         else:
-            strategy = self.instance(registry, value)  # a Strategy class, or an error naming the type
+            strategy = provide(registry, value).instance  # a Strategy class, or an error naming the type
             self.note("strategy", _label(strategy), "given as a class")
             return strategy
-        entry = registry.resolve(name)
-        self.note("strategy", entry.name, f"{why}, from {entry.provider}")
-        return _create(entry)
+        provided = provide(registry, name)
+        self.note("strategy", provided.name, f"{why}, from {provided.provider}")
+        return provided.instance
 
     # -- precision ------------------------------------------------------------------------------
 
@@ -445,25 +425,27 @@ class _Resolver:
             return chosen
         registry = self.host.registry("precision")
         if isinstance(chosen, type):
-            precision = self.instance(registry, chosen)
+            precision = provide(registry, chosen).instance
             self.note("precision", _label(precision), "given as a class")
             return precision
-        name = str(chosen).lower()
-        entry = registry.resolve(name) if name in registry else None
-        requested = entry.name if entry is not None else name
-        mapped = strategy.precision_for(accelerator.precision_for(requested))
-        if not accelerator.supports_precision(mapped):
-            supported = sorted(accelerator.supported_precisions or ())
-            raise MisconfigurationError(
-                f"precision={chosen!r} is not supported by {_label(accelerator)}. Supported: {', '.join(supported)}."
-            )
-        if entry is None or mapped != requested:
-            entry = registry.resolve(mapped)
+        mapped: list[str] = []
+
+        def supported(requested: str) -> str:
+            """The precision the accelerator and the strategy run for ``requested``, refused if unsupported."""
+            mapped.append(strategy.precision_for(accelerator.precision_for(requested)))
+            if not accelerator.supports_precision(mapped[0]):
+                names = sorted(accelerator.supported_precisions or ())
+                raise MisconfigurationError(
+                    f"precision={chosen!r} is not supported by {_label(accelerator)}. Supported: {', '.join(names)}."
+                )
+            return mapped[0]
+
+        provided = provide(registry, str(chosen).lower(), rename=supported)
         why = "default" if not given else f"precision={chosen!r}"
-        if mapped != requested:
-            why += f", mapped to {mapped!r} by the accelerator/strategy"
-        self.note("precision", entry.name, f"{why}, from {entry.provider}")
-        return _create(entry)
+        if mapped[0] != provided.requested:
+            why += f", mapped to {mapped[0]!r} by the accelerator/strategy"
+        self.note("precision", provided.name, f"{why}, from {provided.provider}")
+        return provided.instance
 
     # -- checkpoint IO --------------------------------------------------------------------------
 
@@ -473,32 +455,27 @@ class _Resolver:
                 f"The checkpoint IO is set twice: by strategy={_label(strategy)}(checkpoint_io="
                 f"{_label(strategy.checkpoint_io)}) and by plugins=[{plugin!r}]. Choose one."
             )
-        registry = self.host.registry("checkpoint_io")
         default_name = strategy.default_checkpoint_io or accelerator.default_checkpoint_io or "torch"
         default_of = _label(strategy) if strategy.default_checkpoint_io else _label(accelerator)
+        given = strategy.checkpoint_io if strategy.has_checkpoint_io else plugin
+        provided = provide(self.host.registry("checkpoint_io"), given, default=default_name, fallback="torch")
         fallback: str | None = None  # why the core's IO stands in for the preferred one, said once it is used
-        if default_name not in registry:
-            hint = INSTALL_HINTS["checkpoint_io"].get(default_name)
-            fallback = f"{default_of} prefers the checkpoint IO {default_name!r}, which is not installed" + (
-                f". Hint: pip install {hint}" if hint else ""
+        if provided.missing is not None:
+            fallback = f"{default_of} prefers the checkpoint IO {provided.missing!r}, which is not installed" + (
+                f". Hint: pip install {provided.hint}" if provided.hint else ""
             )
             self.note("checkpoint_io (default)", "torch", fallback)
-            default_name = "torch"
-        default: RegistryEntry[CheckpointIO] | None = None  # looked up only when needed, then kept
+        io = provided.instance
         if strategy.has_checkpoint_io:
-            io = strategy.checkpoint_io
             self.note("checkpoint_io", _label(io), "given by the strategy instance")
         elif plugin is not None:
-            io = self.instance(registry, plugin)
             self.note("checkpoint_io", plugin if isinstance(plugin, str) else _label(io), "given in plugins=")
         else:
-            default = registry.resolve(default_name)
-            io = _create(default)
-            self.note("checkpoint_io", default_name, f"default of {default_of}")
+            self.note("checkpoint_io", str(provided.default), f"default of {default_of}")
         if isinstance(io, _WrappingIO) and io.checkpoint_io is None:  # a wrapper with nothing inside
-            io.checkpoint_io = _create(default or registry.resolve(default_name))
-            self.note("checkpoint_io (wrapped)", default_name, f"default of {default_of}")
-        elif default is None:
+            io.checkpoint_io = provided.create_default()
+            self.note("checkpoint_io (wrapped)", str(provided.default), f"default of {default_of}")
+        elif given is not None:
             fallback = None  # the IO given is used, not the default
         if fallback is not None:
             warn_once(f"Checkpoints are written with the core's 'torch' checkpoint IO: {fallback}")
@@ -529,7 +506,7 @@ def resolve(
     extra = resolver.split_plugins(plugins)
     given_strategy: object = strategy
     if isinstance(given_strategy, type):
-        given_strategy = resolver.instance(resolver.host.registry("strategy"), given_strategy)
+        given_strategy = provide(resolver.host.registry("strategy"), given_strategy).instance
     accel = resolver.accelerator(accelerator, given_strategy)
     environment = resolver.environment(extra.get("cluster_environment"), given_strategy)
     parallel = resolver.devices(accel, devices, environment)

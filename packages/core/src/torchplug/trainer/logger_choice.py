@@ -92,8 +92,8 @@ def create_logger(name: str, default_root_dir: str, host: PluginHost | None = No
         UnknownPluginError, PluginConflictError, BrokenPluginError: See :meth:`Registry.resolve`.
         PluginUnavailableError: Its probe says it cannot run here (a missing library), with the reason.
     """
+    from torchplug._boundary import check_availability
     from torchplug._host import plugin_host
-    from torchplug._registry import check_availability
 
     entry = (host or plugin_host()).registry("logger").resolve(name)
     reason = check_availability(entry)

@@ -163,7 +163,8 @@ class Runner:
         """Connect the module, set up the processes, the loggers' directory, ``setup`` hooks and ``configure_model``."""
         trainer = self.trainer
         strategy = trainer.strategy
-        strategy.connect(trainer.module)
+        module = trainer.module
+        strategy.connect(module, backward=module.backward if is_overridden(module, "backward", Module) else None)
         strategy.setup_environment()
         rank_zero_only.rank = strategy.global_rank
         if trainer.deterministic is not None:
