@@ -76,11 +76,11 @@ def checkpoint_save(doc: dict[str, Any]) -> bytes:
     names = [n for n in seconds if "load" not in n]
     values = [seconds[n]["median"] for n in names]
     fig, ax = _figure(8, 0.32 * len(names) + 1.2)
-    colours = ["#e0653a" if "async" in n and "lightning" not in n else "#4a7ab5" for n in names]
+    colours = ["#e0653a" if "blocks" in n else "#4a7ab5" for n in names]
     ax.barh(range(len(names)), values, color=colours)
     ax.set_yticks(range(len(names)), names, fontsize=7)
     ax.invert_yaxis()
-    ax.set_xlabel("seconds (median); async rows: time the training loop is blocked")
+    ax.set_xlabel("seconds (median of the rounds); orange: time an asynchronous save blocks the training loop")
     mb = doc["result"].get("megabytes", 0)
     ax.set_title(f"Checkpoint save ({mb:.0f} MB)" if mb else "Checkpoint save", fontsize=10)
     fig.text(0, -0.03, _caption(doc), fontsize=7)
