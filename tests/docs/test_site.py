@@ -95,12 +95,14 @@ def reference_html(site: Path) -> str:
 
 
 def test_every_public_name_has_its_reference_entry(site: Path) -> None:
+    """Each object is documented once, under one of its public paths (``torchplug.Strategy`` is also
+    ``torchplug.strategies.Strategy``): its entry's id is the module that defines it."""
     html = reference_html(site)
     missing = [
         f"{module}.{name} (id {defined_in}.{name})"
         for module in PUBLIC_MODULES
         for name, defined_in in public_names(module).items()
-        if name not in PROSE_ONLY and not (f'id="{module}.{name}"' in html and f'id="{defined_in}.{name}"' in html)
+        if name not in PROSE_ONLY and f'id="{defined_in}.{name}"' not in html
     ]
     assert not missing, f"not in the API reference: {', '.join(missing)}"
 
