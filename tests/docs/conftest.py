@@ -58,7 +58,8 @@ BLOCK_TIMEOUT_S = 600
 
 #: What ``uses=NAME`` defines before the block, for snippets that show a call on "your model and data".
 #: The digits model stops its fit after a few steps, so that ``trainer.fit(model, ...)`` with the
-#: Trainer's defaults (1000 epochs, as in Lightning) stays a test of seconds.
+#: Trainer's defaults (1000 epochs, as in Lightning) stays a test of seconds; the Tuner's own
+#: searches (a fit with a finder callback) run as they would for the reader.
 PRESETS = {
     "digits": """
 import torchplug
@@ -67,7 +68,8 @@ from examples.digits import DigitsClassifier, DigitsDataModule
 class _FewSteps(DigitsClassifier):
     def on_fit_start(self):
         super().on_fit_start()
-        if self.trainer.fit_loop.max_steps == -1 or self.trainer.fit_loop.max_steps > 6:
+        finding = any(type(c).__name__.endswith("Finder") for c in self.trainer.callbacks)  # the Tuner's searches
+        if not finding and (self.trainer.fit_loop.max_steps == -1 or self.trainer.fit_loop.max_steps > 6):
             self.trainer.fit_loop.max_steps = 6
 
 model = _FewSteps()
