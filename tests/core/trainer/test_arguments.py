@@ -92,16 +92,16 @@ def test_a_default_root_dir_that_is_a_file_is_refused(tmp_path: Path) -> None:
         torchplug.Trainer(default_root_dir=taken, logger=False)
 
 
-def test_devices_minus_one_on_the_cpu_is_refused_as_the_readme_says() -> None:
-    """README, "Choosing backends": -1 is all devices; on the CPU, where devices are processes, give a count."""
+def test_devices_minus_one_on_the_cpu_is_refused_as_the_guide_says() -> None:
+    """docs/guides/backends.md: -1 is all devices; on the CPU, where devices are processes, give a count."""
     with pytest.raises(torchplug.MisconfigurationError) as info:
         torchplug.Trainer(**quiet(accelerator="cpu", devices=-1))
     assert str(info.value) == (
         "devices=-1 is not valid with the CPU accelerator: give the number of processes, a positive int such as "
         "devices=2."
     )
-    readme = (Path(__file__).parents[3] / "README.md").read_text()
-    assert '# 4, -1 (all devices; on the CPU give a count of processes), "0,2", [0, 2]' in readme
+    guide = (Path(__file__).parents[3] / "docs" / "guides" / "backends.md").read_text()
+    assert '# 4, -1 (all devices; on the CPU give a count of processes), "0,2", [0, 2]' in guide
 
 
 @pytest.mark.parametrize(
