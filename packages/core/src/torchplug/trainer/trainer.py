@@ -245,7 +245,7 @@ class Trainer(TrainerProperties):
         self._logging = LoggerConnector(self)
         self._data = DataConnector(self)
         self._checkpoints = CheckpointConnector(self)
-        self._preemption = PreemptionWatch(self, self._checkpoints)
+        self._preemption = PreemptionWatch(self)
         self._signals = SignalStop(self)
         self.fit_loop = FitLoop(self, self._hooks, self._logging, self._data, self._preemption, self._signals)
         self.validate_loop = EvaluationLoop(self, self._hooks, self._logging, RunningStage.VALIDATING)
