@@ -139,7 +139,14 @@ class ModelCheckpoint(Callback):
         save_on_interrupt: bool = True,
     ) -> None:
         # The parameters are in Lightning 2.6's order, so that its positional calls mean the same here.
-        _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs, train_time_interval)
+        _check_arguments(
+            mode=mode,
+            save_top_k=save_top_k,
+            save_last=save_last,
+            every_n_train_steps=every_n_train_steps,
+            every_n_epochs=every_n_epochs,
+            train_time_interval=train_time_interval,
+        )
         for name, text in (("monitor", monitor), ("filename", filename)):
             if text is not None and (not isinstance(text, str) or not text):
                 raise MisconfigurationError(
