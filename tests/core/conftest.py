@@ -1,7 +1,8 @@
-"""Fixtures for the core's tests: real (tiny) installed distributions on sys.path, and fresh plugin hosts."""
+"""Fixtures for the core's tests: real (tiny) installed distributions on sys.path, fresh plugin hosts, the log."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import textwrap
 import uuid
@@ -97,3 +98,37 @@ def accelerator_plugin(name: str, description: str = "test accelerator") -> str:
 def plugin_source() -> Callable[..., str]:
     """The source-code builder of a simple accelerator plugin module (see :func:`accelerator_plugin`)."""
     return accelerator_plugin
+
+
+class LogRecords(logging.Handler):
+    """The ``torchplug`` logger's records during a test, whatever the logging configuration of the process.
+
+    (``caplog`` sees them only when the logger propagates to the root logger, which depends on whether
+    the root logger had handlers when torchplug was imported.)
+    """
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+    def messages(self, level: int | None = None) -> list[str]:
+        """The messages logged, of ``level`` only when given."""
+        return [r.getMessage() for r in self.records if level is None or r.levelno == level]
+
+    @property
+    def text(self) -> str:
+        """Every message logged, one per line."""
+        return "\n".join(self.messages())
+
+
+@pytest.fixture
+def torchplug_log() -> Iterator[LogRecords]:
+    """Collects what torchplug logs during the test (``torchplug_log.messages(logging.WARNING)``)."""
+    handler = LogRecords()
+    logger = logging.getLogger("torchplug")
+    logger.addHandler(handler)
+    yield handler
+    logger.removeHandler(handler)

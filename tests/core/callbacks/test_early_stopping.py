@@ -199,9 +199,9 @@ def test_invalid_arguments(kwargs, match):
         EarlyStopping(monitor="val_loss", **kwargs)
 
 
-def test_verbose_prints_the_reasons(make_trainer, tiny_model, data, capsys):
+def test_verbose_logs_the_reasons(make_trainer, tiny_model, data, torchplug_log):
     fit(make_trainer, tiny_model, data, [1.0, 2.0, 3.0], EarlyStopping(monitor="score", patience=1, verbose=True))
-    out = capsys.readouterr().out
+    out = torchplug_log.text
     assert "Metric score improved. New best score: 1" in out
     assert "did not improve in the last 1 records" in out
 

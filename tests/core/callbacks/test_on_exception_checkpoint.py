@@ -60,7 +60,7 @@ def test_a_failure_before_training_is_reported_without_hiding_the_original(tmp_p
 
 
 def test_model_checkpoint_save_on_exception_resumes_to_an_uninterrupted_run(
-    tmp_path, make_trainer, tiny_model, data, capfd
+    tmp_path, make_trainer, tiny_model, data, torchplug_log
 ):
     from torchplug.callbacks import ModelCheckpoint
 
@@ -74,8 +74,8 @@ def test_model_checkpoint_save_on_exception_resumes_to_an_uninterrupted_run(
     assert sorted(os.listdir(tmp_path / "ckpts")) == ["epoch=0-step=8.ckpt", "epoch=1-step=11.ckpt", "last.ckpt"]
     assert torch.load(path, weights_only=True)["global_step"] == 11
     assert torch.load(checkpoint.last_model_path, weights_only=True)["global_step"] == 11
-    err = capfd.readouterr().err
-    assert f"fit() raised RuntimeError: disk on fire. The checkpoint of global step 11 was written to {path}" in err
+    said = torchplug_log.text
+    assert f"fit() raised RuntimeError: disk on fire. The checkpoint of global step 11 was written to {path}" in said
 
     resumed = tiny_model()
     make_trainer(max_epochs=2).fit(resumed, data(), ckpt_path=path)
@@ -84,7 +84,7 @@ def test_model_checkpoint_save_on_exception_resumes_to_an_uninterrupted_run(
 
 
 def test_model_checkpoint_save_on_exception_names_the_checkpoint_of_that_step_when_it_exists(
-    tmp_path, make_trainer, tiny_model, data, capfd
+    tmp_path, make_trainer, tiny_model, data, torchplug_log
 ):
     from torchplug.callbacks import ModelCheckpoint
 
@@ -94,7 +94,7 @@ def test_model_checkpoint_save_on_exception_names_the_checkpoint_of_that_step_wh
             tiny_model(), data()
         )
     assert os.listdir(tmp_path) == ["epoch=0-step=4.ckpt"]  # nothing trained since that save: no second file
-    assert f"The checkpoint of global step 4 is already {tmp_path}/epoch=0-step=4.ckpt" in capfd.readouterr().err
+    assert f"The checkpoint of global step 4 is already {tmp_path}/epoch=0-step=4.ckpt" in torchplug_log.text
 
 
 def test_model_checkpoint_without_save_on_exception_writes_nothing_on_an_error(

@@ -113,10 +113,10 @@ def test_schedules_of_amount_and_pruning(make_trainer):
     )
 
 
-def test_verbose_reports_the_sparsity(make_trainer, capsys):
+def test_verbose_reports_the_sparsity(make_trainer, torchplug_log):
     pruning = ModelPruning("l1_unstructured", amount=0.5, verbose=1, parameter_names=["weight"])
     make_trainer(max_epochs=1, callbacks=[pruning]).fit(Wide(), regression_data())
-    assert "Applied L1Unstructured. Pruned: 0/160 (0.00%) -> 80/160 (50.00%)" in capsys.readouterr().out
+    assert "Applied L1Unstructured. Pruned: 0/160 (0.00%) -> 80/160 (50.00%)" in torchplug_log.text
 
 
 def test_prune_after_validation_instead(make_trainer):

@@ -227,9 +227,9 @@ def test_detect_anomaly_names_the_operation_that_made_a_nan():
 
 
 @pytest.mark.parametrize("name", ["simple", "advanced", "pytorch"])
-def test_a_profiler_reports_the_training_batches_at_the_end(name, capsys, tmp_path):
+def test_a_profiler_reports_the_training_batches_at_the_end(name, torchplug_log, tmp_path):
     trainer = fit(profiler=name, default_root_dir=tmp_path)
-    out = capsys.readouterr().out
+    out = torchplug_log.text
     assert f"{type(trainer.profiler).__name__} report (fit):" in out
     assert "run_training_batch" in out or "run_training_epoch" in out
 

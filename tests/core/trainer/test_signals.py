@@ -17,6 +17,7 @@ import pytest
 import torch
 
 import torchplug
+from tests.core.conftest import LogRecords
 from tests.core.trainer.models import BlobData, Classifier, quiet
 from torchplug.callbacks import ModelCheckpoint
 
@@ -44,7 +45,7 @@ def fit(tmp_path: Path, *callbacks: torchplug.Callback, **kwargs: Any) -> tuple[
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_fit_after_the_step_with_a_checkpoint(
-    tmp_path: Path, signum: int, capfd: pytest.CaptureFixture[str]
+    tmp_path: Path, signum: int, capfd: pytest.CaptureFixture[str], torchplug_log: LogRecords
 ) -> None:
     sender = SendSignal(signum, at=5)
     with pytest.raises(SystemExit) as info:
@@ -57,7 +58,9 @@ def test_a_signal_stops_fit_after_the_step_with_a_checkpoint(
     err = capfd.readouterr().err
     name = signal.Signals(signum).name
     assert f"torchplug: {name} received: stopping after the current step, with a checkpoint" in err
-    assert f"fit() stopped by {name} after global step 6. Checkpoint: {tmp_path}/ckpts/interrupted.ckpt" in err
+    path = f"{tmp_path}/ckpts/interrupted.ckpt"
+    said = f"fit() stopped by {name} after global step 6. The checkpoint of global step 6 was written to {path}"
+    assert said in torchplug_log.text
 
 
 def test_the_default_handlers_are_back_after_fit(tmp_path: Path) -> None:
@@ -102,18 +105,17 @@ def test_outside_the_main_thread_no_handler_is_installed(tmp_path: Path) -> None
 
 
 def test_a_handler_already_installed_is_kept_and_said_once_per_process(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, torchplug_log: LogRecords
 ) -> None:
     from torchplug.trainer import signals
 
     monkeypatch.setattr(signals, "_INFORMED", set())
     previous = signal.signal(signal.SIGINT, signal.SIG_IGN)  # as under nohup or a shell's background job
     try:
-        with caplog.at_level("INFO", logger="torchplug"):
-            fit(tmp_path)
-            fit(tmp_path)  # a second fit in the same process: nothing new to say
+        fit(tmp_path)
+        fit(tmp_path)  # a second fit in the same process: nothing new to say
         assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN  # honoured, not replaced
     finally:
         signal.signal(signal.SIGINT, previous)
-    said = [r.getMessage() for r in caplog.records if "keeps the handler already installed" in r.getMessage()]
+    said = [m for m in torchplug_log.messages() if "keeps the handler already installed" in m]
     assert said == ["SIGINT keeps the handler already installed (<Handlers.SIG_IGN: 1>)"]

@@ -157,15 +157,15 @@ class HPUParallelStrategy(HPUStrategyMixin, DDPStrategy):
         **ddp_kwargs: Any,
     ) -> None:
         super().__init__(
-            start_method,
-            find_unused_parameters,
-            accelerator,
-            precision,
-            checkpoint_io,
-            cluster_environment,
-            parallel_devices,
-            process_group_backend,
-            timeout,
+            start_method=start_method,
+            find_unused_parameters=find_unused_parameters,
+            accelerator=accelerator,
+            precision=precision,
+            checkpoint_io=checkpoint_io,
+            cluster_environment=cluster_environment,
+            parallel_devices=parallel_devices,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
             **ddp_kwargs,
         )
 

@@ -103,15 +103,15 @@ class DeepSpeedStrategy(DDPStrategy):
         **zero_options: Any,
     ) -> None:
         super().__init__(
-            start_method,
-            False,
-            accelerator,
-            precision,
-            checkpoint_io,
-            cluster_environment,
-            parallel_devices,
-            process_group_backend,
-            timeout,
+            start_method=start_method,
+            find_unused_parameters=False,
+            accelerator=accelerator,
+            precision=precision,
+            checkpoint_io=checkpoint_io,
+            cluster_environment=cluster_environment,
+            parallel_devices=parallel_devices,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
         )
         arguments = {
             "zero_optimization": zero_optimization,

@@ -11,7 +11,7 @@ from torchplug._errors import MisconfigurationError
 from torchplug.callbacks._validation import no_validation_reason
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.states import TrainerFn
-from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug.utilities.rank_zero import log, rank_zero_warn
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -200,7 +200,7 @@ class EarlyStopping(Callback):
             self.stopped_epoch = trainer.current_epoch
             self.stopping_reason = reason or "Another process decided to stop."
         if reason and self.verbose and (trainer.is_global_zero or not self.log_rank_zero_only):
-            print(f"[rank: {trainer.global_rank}] {reason}" if trainer.world_size > 1 else reason, flush=True)
+            log.info(f"[rank: {trainer.global_rank}] {reason}" if trainer.world_size > 1 else reason)
 
     def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
         """Decide on one value; returns (stop, the reason in words or None)."""

@@ -23,7 +23,6 @@ from __future__ import annotations
 import math
 import os
 import re
-import sys
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Final
@@ -33,8 +32,9 @@ import torch
 from torchplug._errors import MisconfigurationError, TrainingInterrupted
 from torchplug.callbacks._validation import no_validation_reason
 from torchplug.callbacks.callback import Callback
+from torchplug.trainer.emergency import announce_checkpoint, save_emergency_checkpoint
 from torchplug.trainer.states import TrainerFn
-from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug.utilities.rank_zero import log, rank_zero_warn
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -83,7 +83,7 @@ class ModelCheckpoint(Callback):
         auto_insert_metric_name: Write ``{epoch}`` as ``epoch=0`` (False: ``0``; useful for metric
             names with ``/``, which would otherwise make subdirectories).
         enable_version_counter: Add ``-v1``, ``-v2``... when a file of the same name exists already.
-        verbose: Print every save decision (global rank 0).
+        verbose: Log every save decision (global rank 0, ``torchplug`` logger at the info level).
         save_on_interrupt: When SIGINT or SIGTERM stops ``fit`` (see :class:`~torchplug.TrainingInterrupted`),
             write ``<dirpath>/interrupted.ckpt`` at the step where every process stopped, to resume from
             with ``fit(ckpt_path=...)``. False: write nothing then.
@@ -139,7 +139,14 @@ class ModelCheckpoint(Callback):
         save_on_interrupt: bool = True,
     ) -> None:
         # The parameters are in Lightning 2.6's order, so that its positional calls mean the same here.
-        _check_arguments(mode, save_top_k, save_last, every_n_train_steps, every_n_epochs, train_time_interval)
+        _check_arguments(
+            mode=mode,
+            save_top_k=save_top_k,
+            save_last=save_last,
+            every_n_train_steps=every_n_train_steps,
+            every_n_epochs=every_n_epochs,
+            train_time_interval=train_time_interval,
+        )
         for name, text in (("monitor", monitor), ("filename", filename)):
             if text is not None and (not isinstance(text, str) or not text):
                 raise MisconfigurationError(
@@ -411,6 +418,8 @@ class ModelCheckpoint(Callback):
         """After SIGINT or SIGTERM stopped ``fit`` (every process at the same step): write ``interrupted.ckpt``.
 
         After any other exception in ``fit``, with ``save_on_exception``: a checkpoint of that moment.
+        Both are emergency checkpoints (:mod:`torchplug.trainer.emergency`): announced with their
+        path, and a failed save keeps every checkpoint written before.
         """
         if not isinstance(exception, TrainingInterrupted):
             if self.save_on_exception:
@@ -421,36 +430,25 @@ class ModelCheckpoint(Callback):
         if trainer.fast_dev_run or trainer.state.fn is not TrainerFn.FITTING or self.dirpath is None:
             return
         path = f"{self.dirpath.rstrip('/')}/{self.CHECKPOINT_NAME_INTERRUPTED}{self.FILE_EXTENSION}"
-        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
-        trainer.strategy.checkpoint_io.flush()
-        self.interrupted_model_path = path
-        if trainer.is_global_zero:
-            print(
-                f"torchplug: {exception} Checkpoint: {path} (resume with fit(..., ckpt_path={path!r}))",
-                file=sys.stderr,
-                flush=True,
-            )
+        if save_emergency_checkpoint(trainer, path, str(exception), weights_only=self.save_weights_only):
+            self.interrupted_model_path = path
 
     def _save_on_exception(self, trainer: Trainer, exception: BaseException) -> None:
         if trainer.fast_dev_run or trainer.state.fn is not TrainerFn.FITTING or trainer.sanity_checking:
             return
         if self.dirpath is None:
             return
+        reason = f"fit() raised {type(exception).__name__}: {exception}."
         if self._last_global_step_saved == trainer.global_step:
-            path, done = self._last_checkpoint_saved, "is already"  # nothing trained since: that file holds it
-        else:
-            candidates = self._candidates(trainer)
-            path, done = self._unique_path(trainer, candidates, reusable=""), "was written to"
-            self._write(trainer, path)
+            if self._last_checkpoint_saved:  # nothing trained since: that file holds the state
+                announce_checkpoint(trainer, self._last_checkpoint_saved, reason, written=False)
+            return
+        candidates = self._candidates(trainer)
+        path = self._unique_path(trainer, candidates, reusable="")
+        if save_emergency_checkpoint(trainer, path, reason, weights_only=self.save_weights_only):
+            self._saved(trainer, path)
             self._save_last(trainer, candidates)
             trainer.strategy.checkpoint_io.flush()
-        if trainer.is_global_zero and path:
-            print(
-                f"torchplug: fit() raised {type(exception).__name__}: {exception}. The checkpoint of global step "
-                f"{trainer.global_step} {done} {path} (resume with fit(..., ckpt_path={path!r}))",
-                file=sys.stderr,
-                flush=True,
-            )
 
     # -- when -------------------------------------------------------------------------------------
 
@@ -618,8 +616,12 @@ class ModelCheckpoint(Callback):
             return
         previous = self.last_model_path
         path = self._unique_path(trainer, candidates, reusable=previous, filename=self.CHECKPOINT_NAME_LAST)
-        self.last_model_path = path
-        self._write(trainer, path, removing=previous)
+        self.last_model_path = path  # before the write: the checkpoint records itself as the last one
+        try:
+            self._write(trainer, path, removing=previous)
+        except BaseException:
+            self.last_model_path = previous  # not written: the previous last checkpoint is still the last
+            raise
         if previous and previous != path:
             self._remove(trainer, previous)
 
@@ -681,8 +683,14 @@ class ModelCheckpoint(Callback):
         # The file to remove once this one is written goes into this checkpoint's state: a run killed
         # in between and resumed from this checkpoint removes it then.
         self._removing = [removing] if removing and removing != path else []
-        trainer.save_checkpoint(path, weights_only=self.save_weights_only)
-        self._removing = []
+        try:
+            trainer.save_checkpoint(path, weights_only=self.save_weights_only)
+        finally:
+            self._removing = []
+        self._saved(trainer, path)
+
+    def _saved(self, trainer: Trainer, path: str) -> None:
+        """Bookkeeping once ``path`` is written: the step saved, and the loggers that keep checkpoints told."""
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = path
         if trainer.is_global_zero:  # trackers that keep checkpoints as artifacts (MLflow, W&B log_model)
@@ -739,7 +747,7 @@ class ModelCheckpoint(Callback):
 
     def _say(self, trainer: Trainer, message: str) -> None:
         if trainer.is_global_zero:
-            print(message, flush=True)
+            log.info(message)
 
     def __repr__(self) -> str:
         return (

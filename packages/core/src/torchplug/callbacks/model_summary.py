@@ -82,7 +82,12 @@ class ModelSummary(Callback):
         """Print the summary (override to show it another way; :class:`RichModelSummary` does)."""
         print(
             format_summary_table(
-                total_parameters, trainable_parameters, model_size, total_training_modes, total_flops, summary_data
+                total_parameters=total_parameters,
+                trainable_parameters=trainable_parameters,
+                model_size=model_size,
+                total_training_modes=total_training_modes,
+                total_flops=total_flops,
+                columns=summary_data,
             )
         )
 

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 from typing_extensions import override
 
 from torchplug.callbacks.callback import Callback
+from torchplug.trainer.emergency import save_emergency_checkpoint
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -19,10 +20,12 @@ __all__ = ["OnExceptionCheckpoint"]
 class OnExceptionCheckpoint(Callback):
     """Save ``<dirpath>/<filename>.ckpt`` when the run raises (an error, ``KeyboardInterrupt``...).
 
-    The checkpoint is written through ``trainer.save_checkpoint`` before the Trainer tears down,
-    so it holds everything an exact resume needs: ``trainer.fit(model, ckpt_path=callback.ckpt_path)``
-    continues from the failed step. A fit that ends without an exception removes a file left there
-    by an earlier failure, so that a stale one is never resumed by mistake.
+    The checkpoint is an emergency checkpoint (:mod:`torchplug.trainer.emergency`), written through
+    ``trainer.save_checkpoint`` before the Trainer tears down and announced with its path; a save
+    that fails keeps the file an earlier failure left there. It holds everything an exact resume
+    needs: ``trainer.fit(model, ckpt_path=callback.ckpt_path)`` continues from the failed step. A
+    fit that ends without an exception removes a file left there by an earlier failure, so that a
+    stale one is never resumed by mistake.
 
     Under DDP, ``save_checkpoint`` waits for every process: the exception must reach each of them
     (an interrupt of the whole job, or a failure every rank meets). A failure of one rank alone is
@@ -55,9 +58,11 @@ class OnExceptionCheckpoint(Callback):
 
     @override
     def on_exception(self, trainer: Trainer, module: Module, exception: BaseException) -> None:
-        """Write the checkpoint (replacing an older one)."""
+        """Write the checkpoint (replacing an older one once it is complete)."""
         self._failed = True
-        trainer.save_checkpoint(self.ckpt_path)
+        stage = trainer.state.fn.value if trainer.state.fn is not None else "the run"
+        reason = f"{stage}() raised {type(exception).__name__}: {exception}."
+        save_emergency_checkpoint(trainer, self.ckpt_path, reason)
 
     @override
     def teardown(self, trainer: Trainer, module: Module, stage: str) -> None:

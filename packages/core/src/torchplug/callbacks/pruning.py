@@ -15,6 +15,7 @@ from typing_extensions import override
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks.callback import Callback
 from torchplug.core.module import Module
+from torchplug.utilities.rank_zero import log
 
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
@@ -68,7 +69,7 @@ class ModelPruning(Callback):
             instead of restoring the original ones.
         pruning_dim: The dimension of structured pruning (required for it).
         pruning_norm: The norm of ``ln_structured`` (required for it).
-        verbose: 0 silent, 1 the overall sparsity, 2 also each parameter's (printed on global rank 0).
+        verbose: 0 silent, 1 the overall sparsity, 2 also each parameter's (logged at the info level on global rank 0).
         prune_on_train_epoch_end: Prune after each training epoch; False: after each validation.
 
     Raises:
@@ -318,13 +319,13 @@ class ModelPruning(Callback):
             return
         total = sum(n for _, n in after)
         old, new = sum(z for z, _ in before), sum(z for z, _ in after)
-        print(
+        log.info(
             f"Applied {self._method_name}. Pruned: {old}/{total} ({old / total:.2%}) -> "
             f"{new}/{total} ({new / total:.2%})"
         )
         if self._verbose == 2:
             for (layer, name), (z0, n0), (z1, n1) in zip(self._parameters_to_prune, before, after):
-                print(
+                log.info(
                     f"Applied {self._method_name} to {layer!r}.{name} with amount={amount}. Pruned: "
                     f"{z0} ({z0 / n0:.2%}) -> {z1} ({z1 / n1:.2%})"
                 )

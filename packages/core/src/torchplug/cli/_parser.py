@@ -10,6 +10,7 @@ and the valid choices; any other message is kept whole. No traceback is shown ei
 from __future__ import annotations
 
 import argparse
+import contextlib
 import difflib
 import importlib
 import inspect
@@ -17,13 +18,23 @@ import os
 import re
 import sys
 from collections.abc import Iterator, Sequence
-from typing import Any, ClassVar, Final, NoReturn
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Any, Final, NoReturn
 
 import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from typing_extensions import override
 
-__all__ = ["HelpFormatter", "Parser", "check_config_files", "config_paths", "dropped_init_args"]
+__all__ = [
+    "HelpFormatter",
+    "ParseContext",
+    "Parser",
+    "check_config_files",
+    "config_paths",
+    "dropped_init_args",
+    "parsing",
+]
 
 _CLASS_PATH_PROBLEM: Final = re.compile(r"Problem with given class_path '([^']+)':\s*(.+)")
 _WRONG_BASE: Final = re.compile(r"does not correspond to a subclass of (\w+)")
@@ -55,20 +66,44 @@ class HelpFormatter(DefaultHelpFormatter, argparse.RawDescriptionHelpFormatter):
     """jsonargparse's help, keeping the line breaks of descriptions and epilogs."""
 
 
+@dataclass(frozen=True, slots=True)
+class ParseContext:
+    """What the parse in progress is about, for the parsers jsonargparse nests inside ours, which know none of it.
+
+    Attributes:
+        prog: The program name of its errors (``train.py fit``).
+        args: The command-line arguments being parsed (to name options as the user wrote them).
+        root: The parser of the subcommand being parsed (or the only one): its options are the
+            choices offered for a key that no parser takes.
+    """
+
+    prog: str
+    args: tuple[str, ...]
+    root: ArgumentParser
+
+
+#: The parse in progress in this thread or task (None outside one). A context variable, not state on a
+#: class: two CLIs in one process, or a CLI built while another one parses, each see their own.
+_CURRENT: Final[ContextVar[ParseContext | None]] = ContextVar("torchplug_cli_parse", default=None)
+
+
+@contextlib.contextmanager
+def parsing(context: ParseContext) -> Iterator[None]:
+    """Make ``context`` the parse in progress inside the ``with`` block (the previous one is back after it)."""
+    token = _CURRENT.set(context)
+    try:
+        yield
+    finally:
+        _CURRENT.reset(token)
+
+
 class Parser(ArgumentParser):
     """An ArgumentParser whose errors are one message and a hint, exit code 2, never a traceback.
 
     Args:
         display_prog: The program name shown in this parser's errors (``core fit``); parsers that
-            jsonargparse nests inside ours show the one of :attr:`context`.
+            jsonargparse nests inside ours show the one of the parse in progress (:func:`parsing`).
     """
-
-    #: The program name and the arguments being parsed, set before each parse: jsonargparse reports
-    #: some errors (``--model.lr=x``) from nested parsers of its own, which know neither.
-    context: ClassVar[tuple[str, Sequence[str]]] = ("core", ())
-    #: The parser of the subcommand being parsed (or the only one), set with :attr:`context`: its options are
-    #: the choices offered for a key that no parser takes.
-    root: ClassVar[ArgumentParser | None] = None
 
     def __init__(self, *args: Any, display_prog: str | None = None, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)  # --trainer.max_epoch is a typo, not --trainer.max_epochs
@@ -114,14 +149,24 @@ class Parser(ArgumentParser):
         return list(self.add_class_arguments(classes[0], nested_key, fail_untyped=False, sub_configs=True))
 
     @override
+    def parse_args(self, *args: Any, **kwargs: Any) -> Any:
+        """Parse as jsonargparse does; the outermost parse becomes the parse in progress (:func:`parsing`)."""
+        if _CURRENT.get() is not None:  # a CLI's parse, or one nested inside ours
+            return super().parse_args(*args, **kwargs)
+        given = args[0] if args else kwargs.get("args")
+        argv = tuple(sys.argv[1:] if given is None else given)
+        with parsing(ParseContext(self.display_prog or self.prog, argv, self)):
+            return super().parse_args(*args, **kwargs)
+
+    @override
     def error(self, message: str, ex: Exception | None = None) -> NoReturn:
         """Print ``PROG: error: MESSAGE`` and a help hint to stderr, and exit with code 2."""
         if os.environ.get("JSONARGPARSE_DEBUG"):
             super().error(message, ex)
         parser = getattr(ex, "subcommand_parser", None) or self
-        prog, args = self.context
-        prog = getattr(parser, "display_prog", None) or prog
-        sys.stderr.write(f"{prog}: error: {readable(message, args, parser)}\nSee: {prog} --help\n")
+        context = _CURRENT.get() or ParseContext(self.display_prog or self.prog, (), self)
+        prog = getattr(parser, "display_prog", None) or context.prog
+        sys.stderr.write(f"{prog}: error: {readable(message, context.args, parser)}\nSee: {prog} --help\n")
         raise SystemExit(2)
 
 
@@ -344,7 +389,8 @@ def _no_such_key(name: str, args: Sequence[str], parser: Any) -> str:
     """A key that no option takes: misspelt, or at the wrong level of a config file (``max_epochs:`` at the top)."""
     given = any(arg.partition("=")[0] == f"--{name}" for arg in args)
     label = f"--{name}" if given else f"{name} (in a config file)"
-    options = _options(Parser.root or parser)
+    context = _CURRENT.get()
+    options = _options(context.root if context is not None else parser)
     nested = [option for option in options if option.endswith(f".{name}")] if "." not in name else []
     if nested:
         where = "" if given else " Hint: options go under their section (trainer:, model:, data:), not at the top."

@@ -49,7 +49,14 @@ from torchplug._errors import (
 from torchplug._host import PluginHost, plugin_host
 from torchplug.callbacks.callback import Callback
 from torchplug.cli._main import TRAINING_COMMANDS
-from torchplug.cli._parser import HelpFormatter, Parser, check_config_files, dropped_init_args
+from torchplug.cli._parser import (
+    HelpFormatter,
+    ParseContext,
+    Parser,
+    check_config_files,
+    dropped_init_args,
+    parsing,
+)
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
@@ -250,9 +257,14 @@ class TrainerCLI:
         self.seed: int | None = None
         argv = list(sys.argv[1:] if args is None else args)
         command = argv[0] if run and argv and argv[0] in SUBCOMMANDS else None
-        Parser.context = (f"{self.prog} {command}" if command else self.prog, argv)
         self.parser = self._build_parser(run)
-        Parser.root = self._subcommand_parser_of(command)
+        context = ParseContext(
+            f"{self.prog} {command}" if command else self.prog, tuple(argv), self._subcommand_parser_of(command)
+        )
+        with parsing(context):  # this CLI's, until it returns: its errors name its own program and options
+            self._parse_and_run(argv, command, run)
+
+    def _parse_and_run(self, argv: list[str], command: str | None, run: bool) -> None:
         problem = check_config_files(argv)
         if problem is not None:
             self._error(problem, command)

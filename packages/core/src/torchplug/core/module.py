@@ -237,10 +237,20 @@ class Module(torch.nn.Module):
                     stacklevel=2,
                 )
             return
-        results.log(
-            name, value, prog_bar, logger is not False, on_step, on_epoch, reduce_fx, enable_graph,
-            sync_dist, sync_dist_group, add_dataloader_idx, batch_size, metric_attribute, rank_zero_only,
-        )  # fmt: skip
+        # One tuple in the order of torchplug.trainer.metrics.LOG_OPTIONS: a repeated call is recognised by it.
+        options = (
+            prog_bar,
+            logger is not False,
+            on_step,
+            on_epoch,
+            reduce_fx,
+            enable_graph,
+            sync_dist,
+            sync_dist_group,
+            metric_attribute,
+            rank_zero_only,
+        )
+        results.log(name, value, options, add_dataloader_idx, batch_size)
 
     def log_dict(self, metrics: Mapping[str, Any], **kwargs: Any) -> None:
         """Call :meth:`log` for each item of ``metrics`` with the same options.

@@ -54,7 +54,14 @@ _LAUNCHERS = (
         "MV2_COMM_WORLD_LOCAL_RANK",
         "MV2_COMM_WORLD_LOCAL_SIZE",
     ),
-    _Launcher("Cray MPICH (PALS)", "PMI_SIZE", "PMI_RANK", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", "PALS_NODEID"),
+    _Launcher(
+        name="Cray MPICH (PALS)",
+        size="PMI_SIZE",
+        rank="PMI_RANK",
+        local_rank="PMI_LOCAL_RANK",
+        local_size="PMI_LOCAL_SIZE",
+        node_rank="PALS_NODEID",
+    ),
     _Launcher("MPICH or Intel MPI (Hydra)", "PMI_SIZE", "PMI_RANK", "MPI_LOCALRANKID", "MPI_LOCALNRANKS"),
 )
 

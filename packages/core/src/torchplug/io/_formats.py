@@ -172,7 +172,7 @@ def inspect_checkpoint(path: str | os.PathLike[str], weights_only: bool = True) 
         for k, v in checkpoint.get("state_dict", {}).items()
         if isinstance(v, torch.Tensor)
     }
-    return _summary(text, kind, size, None, checkpoint, tensors)
+    return _summary(path=text, kind=kind, size=size, processes=None, checkpoint=checkpoint, tensors=tensors)
 
 
 def _load_file(path: str, local_path: str | None, weights_only: bool) -> dict[str, Any]:
@@ -210,7 +210,15 @@ def _describe_sharded(path: str, weights_only: bool) -> dict[str, Any]:
             tensors[key[len("state_dict.") :]] = {"shape": list(entry.size), "dtype": _dtype(entry.properties.dtype)}
     optimizers = _sharded_optimizers(entries)
     processes = sum(1 for key in entries if key.startswith(RANK_KEY_PREFIX)) or None
-    return _summary(path, SHARDED, _size(path), processes, {**common, "optimizer_states": optimizers}, tensors, keys)
+    return _summary(
+        path=path,
+        kind=SHARDED,
+        size=_size(path),
+        processes=processes,
+        checkpoint={**common, "optimizer_states": optimizers},
+        tensors=tensors,
+        keys=keys,
+    )
 
 
 def _sharded_optimizers(entries: dict[str, Any]) -> list[dict[str, Any]]:

@@ -157,7 +157,17 @@ class AsyncCheckpointIO(CheckpointIO):
         except BaseException:
             self._writer.release_slot(slot)
             raise
-        self._writer.submit(_Job(snapshot, path, _path_key(path), storage_options, io, slot, events))
+        self._writer.submit(
+            _Job(
+                checkpoint=snapshot,
+                path=path,
+                key=_path_key(path),
+                storage_options=storage_options,
+                io=io,
+                slot=slot,
+                events=events,
+            )
+        )
 
     @override
     def prepare(self, checkpoint: dict[str, Any]) -> None:

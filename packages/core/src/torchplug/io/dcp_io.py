@@ -324,7 +324,7 @@ class _Target:
     @classmethod
     def of(cls, path: str, options: dict[str, Any], token: str) -> _Target:
         fs, final, local = url_to_fs(path, options)
-        return cls(path, fs, final, temporary_directory(final, token), local, options)
+        return cls(path=path, fs=fs, final=final, tmp=temporary_directory(final, token), local=local, options=options)
 
     def writer(self, fsync: bool, thread_count: int) -> FileSystemWriter:
         """DCP's writer into the hidden directory."""

@@ -23,6 +23,7 @@ from collections.abc import Callable, Generator
 from typing import Any
 
 from torchplug._errors import MisconfigurationError
+from torchplug.utilities.rank_zero import log
 
 __all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "SimpleProfiler", "build_profiler"]
 
@@ -32,7 +33,7 @@ class Profiler:
 
     Args:
         dirpath: Where to write the report (default: the run's log directory, when ``filename`` is given).
-        filename: Write the report to ``{dirpath}/{stage}-{filename}.txt`` instead of printing it.
+        filename: Write the report to ``{dirpath}/{stage}-{filename}.txt`` instead of logging it (info level).
     """
 
     #: Whether the Trainer wraps its actions for this profiler (the pass-through profiler wraps nothing).
@@ -44,7 +45,7 @@ class Profiler:
         self._stage: str | None = None
         self._local_rank: int | None = None
         self._log_dir: str | None = None
-        #: The last report written or printed (empty before).
+        #: The last report written or logged (empty before).
         self.report = ""
 
     def start(self, action_name: str) -> None:
@@ -85,7 +86,7 @@ class Profiler:
         self._stage, self._local_rank, self._log_dir = stage, local_rank, log_dir
 
     def describe(self) -> None:
-        """Report: write the summary to the file, or print it (local rank 0 prints), then :meth:`teardown`."""
+        """Report: write the summary to the file, or log it (local rank 0 logs it), then :meth:`teardown`."""
         report = self.report = self.summary()
         if report:
             directory = self.dirpath or self._log_dir
@@ -99,7 +100,7 @@ class Profiler:
                 with fs.open(local, "w") as out:
                     out.write(report)
             elif not self._local_rank:
-                print(f"{type(self).__name__} report ({self._stage}):\n{report}")
+                log.info(f"{type(self).__name__} report ({self._stage}):\n{report}")
         self.teardown(self._stage)
 
     def teardown(self, stage: str | None) -> None:

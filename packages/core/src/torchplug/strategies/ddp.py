@@ -124,7 +124,13 @@ class DDPStrategy(ParallelStrategy):
         _check_ddp_kwargs(ddp_kwargs)
         _check_comm_hook(ddp_comm_hook, ddp_comm_state, ddp_comm_wrapper)
         super().__init__(
-            accelerator, precision, checkpoint_io, cluster_environment, parallel_devices, process_group_backend, timeout
+            accelerator=accelerator,
+            precision=precision,
+            checkpoint_io=checkpoint_io,
+            cluster_environment=cluster_environment,
+            parallel_devices=parallel_devices,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
         )
         self.start_method = start_method
         self.find_unused_parameters = find_unused_parameters

@@ -133,15 +133,15 @@ class FSDPStrategy(DDPStrategy):
         elif isinstance(reshard_after_forward, bool) or not isinstance(reshard_after_forward, int):
             check_bool("reshard_after_forward", reshard_after_forward)
         super().__init__(
-            start_method,
-            False,
-            accelerator,
-            translated.get("precision", precision),
-            checkpoint_io,
-            cluster_environment,
-            parallel_devices,
-            process_group_backend,
-            timeout,
+            start_method=start_method,
+            find_unused_parameters=False,
+            accelerator=accelerator,
+            precision=translated.get("precision", precision),
+            checkpoint_io=checkpoint_io,
+            cluster_environment=cluster_environment,
+            parallel_devices=parallel_devices,
+            process_group_backend=process_group_backend,
+            timeout=timeout,
         )
         self.auto_wrap_policy = auto_wrap_policy
         self._wraps = wrap_decider(auto_wrap_policy)

@@ -108,7 +108,14 @@ class Subject:
             raise UsageError(
                 f"{name!r} is registered as several kinds: {', '.join(found)}. Hint: add --kind {found[0]}"
             )
-        return cls(found[0], name, _entry(host, found[0], name), host, accelerator, dict(variables or {}))
+        return cls(
+            kind=found[0],
+            name=name,
+            entry=_entry(host, found[0], name),
+            host=host,
+            accelerator=accelerator,
+            variables=dict(variables or {}),
+        )
 
     @property
     def label(self) -> str:

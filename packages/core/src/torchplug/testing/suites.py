@@ -24,6 +24,7 @@ skipped with the reason. Add ``pytest_plugins = ["torchplug.testing.pytest_plugi
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from types import MappingProxyType
 from typing import Any, ClassVar
 
 import pytest
@@ -63,10 +64,11 @@ class PluginSuite:
 
     kind: ClassVar[str] = ""
     plugin: ClassVar[str] = ""
-    known_failures: ClassVar[Mapping[str, str]] = {}
-    skipped_checks: ClassVar[Mapping[str, str]] = {}
+    # Read-only views: a subclass sets its own mapping; none can change the one every suite shares.
+    known_failures: ClassVar[Mapping[str, str]] = MappingProxyType({})
+    skipped_checks: ClassVar[Mapping[str, str]] = MappingProxyType({})
     accelerator: ClassVar[str | None] = None
-    environment_variables: ClassVar[Mapping[str, str]] = {}
+    environment_variables: ClassVar[Mapping[str, str]] = MappingProxyType({})
     timeout: ClassVar[float] = 300.0
 
     def pytest_generate_tests(self, metafunc: pytest.Metafunc) -> None:

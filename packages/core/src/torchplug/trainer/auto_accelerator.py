@@ -139,7 +139,11 @@ def survey(registry: Registry[Accelerator], overrides: Mapping[str, int]) -> lis
                 registry.resolve(name)
             except PluginError as exc:  # the conflict error, naming the providers and the ways to choose
                 providers = " and ".join(str(c.provider) for c in resolution.candidates)
-                candidates.append(Candidate(name, providers, None, f"conflict: {exc}", True, None))
+                candidates.append(
+                    Candidate(
+                        name=name, provider=providers, priority=None, reason=f"conflict: {exc}", warn=True, entry=None
+                    )
+                )
             continue
         cls, reason = check_availability(winner)
         warn = reason is not None
@@ -150,7 +154,11 @@ def survey(registry: Registry[Accelerator], overrides: Mapping[str, int]) -> lis
         priority = None
         if reason is None and cls is not None:
             priority = overrides.get(name, int(cls.auto_priority))
-        candidates.append(Candidate(name, str(winner.provider), priority, reason, warn, winner))
+        candidates.append(
+            Candidate(
+                name=name, provider=str(winner.provider), priority=priority, reason=reason, warn=warn, entry=winner
+            )
+        )
     return candidates
 
 

@@ -231,6 +231,21 @@ def _as_float(value: Any) -> float:
     return float(value.item()) if isinstance(value, torch.Tensor) else float(value)
 
 
+#: The options of ``self.log`` as :meth:`MetricStore.log` receives them, in this order, in one tuple.
+LOG_OPTIONS: Final = (
+    "prog_bar",
+    "logger",
+    "on_step",
+    "on_epoch",
+    "reduce_fx",
+    "enable_graph",
+    "sync_dist",
+    "sync_dist_group",
+    "metric_attribute",
+    "rank_zero_only",
+)
+
+
 class MetricStore:
     """The metrics logged in one run, per stage (``train``, ``validate``, ``test``).
 
@@ -288,35 +303,25 @@ class MetricStore:
         self.current_batch = batch
 
     def log(
-        self,
-        name: str,
-        value: Any,
-        prog_bar: bool,
-        logger: bool,
-        on_step: bool | None,
-        on_epoch: bool | None,
-        reduce_fx: Any,
-        enable_graph: bool,
-        sync_dist: bool,
-        sync_dist_group: Any,
-        add_dataloader_idx: bool,
-        batch_size: int | None,
-        metric_attribute: str | None,
-        rank_zero_only: bool,
+        self, name: str, value: Any, options: tuple[Any, ...], add_dataloader_idx: bool, batch_size: int | None
     ) -> None:
-        """Record one value (see ``Module.log`` for the meaning of the options)."""
+        """Record one value (see ``Module.log`` for the meaning of the options).
+
+        Args:
+            name: The name given to ``self.log``.
+            value: The value given to ``self.log``.
+            options: ``self.log``'s options in the order of :data:`LOG_OPTIONS`. One tuple rather than
+                keywords: this call runs for every ``self.log``, where ten keywords would cost more
+                than the rest of a repeated call, and a repeated call is recognised by this tuple alone.
+            add_dataloader_idx: Whether the dataloader index is added to the name.
+            batch_size: The weight of this value in the epoch mean; inferred from the batch when None.
+        """
         idx = self.dataloader_idx
         key = name if idx is None or not add_dataloader_idx else f"{name}{_DATALOADER_SUFFIX}{idx}"
         metric = self._active.get(key)
-        args = (
-            prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group,
-            metric_attribute, rank_zero_only, self.phase,
-        )  # fmt: skip
+        args = (*options, self.phase)
         if metric is None:
-            metric = self._create(
-                key, name, value, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph,
-                sync_dist, sync_dist_group, add_dataloader_idx, metric_attribute, rank_zero_only,
-            )  # fmt: skip
+            metric = self._create(key, name, value, options, add_dataloader_idx)
             metric.args = args
         else:
             if args != metric.args:  # the same call as before costs this one comparison
@@ -350,23 +355,10 @@ class MetricStore:
         if metric.on_epoch:
             self._accumulate(metric, value, batch_size)
 
-    def _create(
-        self,
-        key: str,
-        name: str,
-        value: Any,
-        prog_bar: bool,
-        logger: bool,
-        on_step: bool | None,
-        on_epoch: bool | None,
-        reduce_fx: Any,
-        enable_graph: bool,
-        sync_dist: bool,
-        sync_dist_group: Any,
-        add_dataloader_idx: bool,
-        metric_attribute: str | None,
-        rank_zero_only: bool,
-    ) -> _Metric:
+    def _create(self, key: str, name: str, value: Any, given: tuple[Any, ...], add_dataloader_idx: bool) -> _Metric:
+        """The first ``self.log`` of ``key`` in this stage: check it and decide how its values are recorded."""
+        prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group = given[:8]
+        metric_attribute, rank_zero_only = given[8:]
         if not isinstance(name, str) or not name:
             raise TypeError(f"self.log needs a non-empty string name, got {name!r}.")
         phase = self.phase
@@ -387,9 +379,19 @@ class MetricStore:
         else:
             self._check_metric_attribute(name, obj, metric_attribute)
         options = _options(
-            name, phase, prog_bar, logger, on_step, on_epoch, reduce_fx, enable_graph, sync_dist, sync_dist_group,
-            metric_attribute, rank_zero_only,
-        )  # fmt: skip
+            name=name,
+            phase=phase,
+            prog_bar=prog_bar,
+            logger=logger,
+            on_step=on_step,
+            on_epoch=on_epoch,
+            reduce_fx=reduce_fx,
+            enable_graph=enable_graph,
+            sync_dist=sync_dist,
+            sync_dist_group=sync_dist_group,
+            metric_attribute=metric_attribute,
+            rank_zero_only=rank_zero_only,
+        )
         fx, step, epoch = options["reduce_fx"], options["on_step"], options["on_epoch"]
         if epoch and obj is None and not sync_dist and not rank_zero_only and self._world_size > 1:
             _warn_unsynced(key, self._world_size)
@@ -399,9 +401,17 @@ class MetricStore:
             sync = (lambda v, op: reduce(v, reduce_op=op)) if sync_dist_group is None else (
                 lambda v, op: reduce(v, group=sync_dist_group, reduce_op=op))  # fmt: skip
         metric = _Metric(
-            key, prog_bar, logger, step, epoch, fx, sync, obj, enable_graph,
-            self.dataloader_idx,
-        )  # fmt: skip
+            name=key,
+            prog_bar=prog_bar,
+            logger=logger,
+            on_step=step,
+            on_epoch=epoch,
+            reduce_fx=fx,
+            sync=sync,
+            obj=obj,
+            enable_graph=enable_graph,
+            dataloader_idx=self.dataloader_idx,
+        )
         metric.options = options
         self._active[key] = metric
         if obj is not None:

@@ -2,17 +2,18 @@
 
 The cluster environment (env-slurm's, for example) installs the signal handler, which only sets a
 flag; the fit loop polls the flag at step boundaries through :class:`PreemptionWatch`, and every
-process agrees before anyone stops.
+process agrees before anyone stops. The checkpoint is an emergency checkpoint
+(:mod:`torchplug.trainer.emergency`).
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from torchplug.trainer.emergency import save_emergency_checkpoint
 from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    from torchplug.trainer.checkpoint_connector import CheckpointConnector
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["PreemptionWatch"]
@@ -23,12 +24,10 @@ class PreemptionWatch:
 
     Args:
         trainer: The Trainer being preempted.
-        checkpoints: Writes the preemption checkpoint.
     """
 
-    def __init__(self, trainer: Trainer, checkpoints: CheckpointConnector) -> None:
+    def __init__(self, trainer: Trainer) -> None:
         self._trainer = trainer
-        self._checkpoints = checkpoints
         #: Whether the environment can announce a preemption in this run (the loop polls only then).
         self.active = False
         #: Whether the last fit stopped for a preemption.
@@ -55,18 +54,24 @@ class PreemptionWatch:
         return requested
 
     def handle(self) -> None:
-        """Write the preemption checkpoint on every process, request the requeue on rank 0, and stop training."""
+        """Write the preemption checkpoint on every process, request the requeue on rank 0, and stop training.
+
+        The requeue is requested even when the checkpoint could not be written (that is announced):
+        the scheduler stops the job anyway, and the restarted job resumes from the newest checkpoint
+        that is complete, which the failed save left in place.
+        """
         trainer = self._trainer
         environment = trainer.cluster_environment
+        name = type(environment).__name__
         path = environment.preemption_checkpoint_path(trainer.default_root_dir)
-        self._checkpoints.save(path)
-        trainer.strategy.checkpoint_io.flush()
+        step = trainer.global_step
+        save_emergency_checkpoint(trainer, path, f"Preempted at step {step} ({name}'s notice).")
         trainer.strategy.barrier("preemption")
         if trainer.is_global_zero:
             environment.requeue()
         rank_zero_warn(
-            f"Preempted at step {trainer.global_step}: checkpoint written to {path} and a requeue requested "
-            f"from {type(environment).__name__}; fit() returns now and a restarted job resumes from it."
+            f"Preempted at step {step}: a requeue was requested from {name}; fit() returns now and the restarted "
+            "job resumes from its newest complete checkpoint."
         )
         self.preempted = True
         trainer.should_stop = True

@@ -238,7 +238,15 @@ class Trainer(TrainerProperties):
         check.check_bool("enable_progress_bar", enable_progress_bar, (None,))
         enable_model_summary = check.check_bool("enable_model_summary", enable_model_summary, (None,))
         self.profiler: Profiler = build_profiler(profiler)
-        self._resolution = resolve(accelerator, devices, strategy, precision, plugins, num_nodes, host=plugin_host)
+        self._resolution = resolve(
+            accelerator=accelerator,
+            devices=devices,
+            strategy=strategy,
+            precision=precision,
+            plugins=plugins,
+            num_nodes=num_nodes,
+            host=plugin_host,
+        )
         self.strategy: Strategy = self._resolution.strategy
         if rank_zero_only.is_zero():  # the line asks torch about unused devices: only where it is shown
             rank_zero_info(self._resolution.summary())
@@ -249,7 +257,7 @@ class Trainer(TrainerProperties):
         self._logging = LoggerConnector(self)
         self._data = DataConnector(self)
         self._checkpoints = CheckpointConnector(self)
-        self._preemption = PreemptionWatch(self, self._checkpoints)
+        self._preemption = PreemptionWatch(self)
         self._signals = SignalStop(self)
         run, strategy, hooks, logging = self._run, self.strategy, self._hooks, self._logging
         self.fit_loop = FitLoop(
@@ -361,7 +369,14 @@ class Trainer(TrainerProperties):
         keeps none (for a :class:`~torchplug.callbacks.BasePredictionWriter` that writes them).
         """
         keep = check.check_bool("return_predictions", return_predictions, (None,)) is not False
-        return self._evaluate(TrainerFn.PREDICTING, model, dataloaders, ckpt_path, datamodule, keep)
+        return self._evaluate(
+            TrainerFn.PREDICTING,
+            model=model,
+            dataloaders=dataloaders,
+            ckpt_path=ckpt_path,
+            datamodule=datamodule,
+            keep=keep,
+        )
 
     def save_checkpoint(
         self, filepath: str | os.PathLike[str], weights_only: bool = False, storage_options: Any = None
@@ -411,5 +426,7 @@ class Trainer(TrainerProperties):
         model = model if model is not None else self.module
         if model is None:
             raise MisconfigurationError(f"trainer.{fn.value}() needs a model: trainer.{fn.value}(model, ...).")
-        impl = functools.partial(runner.evaluate, fn, dataloaders, ckpt_path, keep, verbose)
+        impl = functools.partial(
+            runner.evaluate, fn, dataloaders=dataloaders, ckpt_path=ckpt_path, keep=keep, verbose=verbose
+        )
         return runner.run(fn, model, datamodule or self.datamodule, impl)

@@ -197,7 +197,17 @@ def scale_batch_size(
     if trainer.fast_dev_run:
         rank_zero_warn("The batch size finder is skipped under fast_dev_run.")
         return None
-    _check(trainer, module, mode, steps_per_trial, init_val, max_trials, batch_arg_name, margin, max_val)
+    _check(
+        trainer,
+        module,
+        mode=mode,
+        steps_per_trial=steps_per_trial,
+        init_val=init_val,
+        max_trials=max_trials,
+        batch_arg_name=batch_arg_name,
+        margin=margin,
+        max_val=max_val,
+    )
     path = os.path.join(trainer.default_root_dir, f".scale_batch_size_{uuid.uuid4()}.ckpt")
     rng = (capture_rng_states(), trainer.accelerator.get_rng_state())
     trainer.save_checkpoint(path)

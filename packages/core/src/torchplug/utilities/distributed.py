@@ -142,7 +142,9 @@ def init_process_group(
         # "joined" marks, gloo's addresses of closed ports). Each run gets its own namespace of that store.
         store = PrefixStore(f"torchplug/restart{restarts}/", store)
     ours = PrefixStore("torchplug", store)
-    _await_ranks(ours, rank, world_size, join_timeout, address, processes_per_node)
+    _await_ranks(
+        store=ours, rank=rank, world_size=world_size, seconds=join_timeout, address=address, per_node=processes_per_node
+    )
     store.set_timeout(timeout)
     dist.init_process_group(
         backend, store=PrefixStore("default_pg", store), world_size=world_size, rank=rank, timeout=timeout
@@ -186,13 +188,22 @@ def _await_ranks(store: Store, rank: int, world_size: int, seconds: float, addre
         now = time.monotonic()
         if now >= deadline:
             missing = [r for r in range(world_size) if not store.check([f"joined/{r}"])]
-            raise JoinTimeoutError(_missing_message(store, missing, world_size, seconds, address, per_node))
+            raise JoinTimeoutError(
+                _missing_message(
+                    store=store,
+                    missing=missing,
+                    world_size=world_size,
+                    seconds=seconds,
+                    address=address,
+                    per_node=per_node,
+                )
+            )
         if rank == 0 and now >= next_note:
             missing = [r for r in range(world_size) if not store.check([f"joined/{r}"])]
             log.warning(
-                "rank 0: waiting %.0f s so far for rank(s) %s to join at %s (giving up after %g s, %s)",
-                now - start, _ranks(missing, per_node), address, seconds, JOIN_TIMEOUT_ENV,
-            )  # fmt: skip
+                f"rank 0: waiting {now - start:.0f} s so far for rank(s) {_ranks(missing, per_node)} to join at "
+                f"{address} (giving up after {seconds:g} s, {JOIN_TIMEOUT_ENV})"
+            )
             next_note = now + _WAITING_NOTE_EVERY_S
         time.sleep(0.05)
 

@@ -249,12 +249,12 @@ class ModelSummary:
 
     def __str__(self) -> str:
         return format_summary_table(
-            self.total_parameters,
-            self.trainable_parameters,
-            self.model_size,
-            self.total_training_modes,
-            self.total_flops,
-            self.summary_data(),
+            total_parameters=self.total_parameters,
+            trainable_parameters=self.trainable_parameters,
+            model_size=self.model_size,
+            total_training_modes=self.total_training_modes,
+            total_flops=self.total_flops,
+            columns=self.summary_data(),
         )
 
     def __repr__(self) -> str:
