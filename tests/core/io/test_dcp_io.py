@@ -135,7 +135,7 @@ def test_a_directory_without_its_metadata_is_no_checkpoint(root: str) -> None:
     fs, fs_path = fsspec.core.url_to_fs(path)
     fs.rm(f"{fs_path}/.metadata")  # as if the save had stopped before its coordinator finished
     assert not io.exists(path)
-    with pytest.raises(FileNotFoundError, match=r"is a directory without \.metadata"):
+    with pytest.raises(torchplug.CheckpointLoadError, match=r"is a directory without \.metadata"):
         io.load_checkpoint(path)
     assert ModelCheckpoint(dirpath=root).find_last_checkpoint(io) is None  # ckpt_path="last" never picks it
     assert ModelCheckpoint(dirpath=root).complete_checkpoints(io) == []

@@ -42,7 +42,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystem
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 from typing_extensions import override
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import CheckpointLoadError, MisconfigurationError
 from torchplug.io._dcp_layout import (
     COMMON_KEY,
     METADATA_FILE,
@@ -54,12 +54,20 @@ from torchplug.io._dcp_layout import (
     url_to_fs,
     wait_for_removals,
 )
+from torchplug.io._digest import IntegrityError, Verification, seal_directory, verify_directory
 from torchplug.io.async_io import CheckpointSaveError
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.utilities.rank_zero import rank_zero_warn
 
-__all__ = ["RANK_LOCAL_KEYS", "SHARDED_KEYS", "DistributedCheckpointIO", "read_full", "read_metadata"]
+__all__ = [
+    "RANK_LOCAL_KEYS",
+    "SHARDED_KEYS",
+    "DistributedCheckpointIO",
+    "read_full",
+    "read_metadata",
+    "verify_sharded",
+]
 
 log = logging.getLogger(__name__)
 
@@ -215,6 +223,7 @@ class DistributedCheckpointIO(CheckpointIO):
         if fs.isfile(fs_path):
             return TorchCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=weights_only)
         _require_complete(fs, fs_path, path)
+        _verified(path)
         reader = _reader(path)
         metadata = reader.read_metadata()
         rank, world = _rank(), _world_size()
@@ -337,6 +346,8 @@ class _Target:
         return FsspecWriter(url, sync_files=False, thread_count=thread_count, **self.options)
 
     def commit(self) -> None:
+        if self.fs.exists(f"{self.tmp}/{METADATA_FILE}"):  # else commit_directory says the save did not finish
+            seal_directory(self.fs, self.tmp)
         commit_directory(self.fs, self.tmp, self.final, self.local)
 
     def discard(self) -> None:
@@ -356,17 +367,52 @@ def _reader(path: str) -> FileSystemReader:
 
 
 def read_metadata(path: str) -> Metadata:
-    """DCP's metadata of the sharded checkpoint at ``path``: every entry's key, size and type, without the data."""
-    return _reader(path).read_metadata()
+    """DCP's metadata of the sharded checkpoint at ``path``: every entry's key, size and type, without the data.
+
+    Raises:
+        CheckpointLoadError: The ``.metadata`` file is missing, cut short or not DCP's.
+    """
+    try:
+        return _reader(path).read_metadata()
+    except Exception as exc:  # pickle raises anything on bytes it does not understand
+        raise CheckpointLoadError(
+            f"Cannot load the sharded checkpoint {path}: its {METADATA_FILE} cannot be read ({type(exc).__name__}: "
+            f"{exc}). It was damaged after the save (a complete save writes it whole, last). Hint: resume from an "
+            "earlier checkpoint."
+        ) from exc
+
+
+def verify_sharded(path: str) -> Verification:
+    """Check every shard file of the sharded checkpoint at ``path`` (:func:`torchplug.io._digest.verify_directory`).
+
+    Raises:
+        IntegrityError: A shard file is missing, cut short, or differs (named, with the item).
+        CheckpointLoadError: The ``.metadata`` cannot be read.
+    """
+    fs, fs_path, _ = url_to_fs(path)
+    return verify_directory(path, fs, fs_path, read_metadata(path))
+
+
+def _verified(path: str) -> None:
+    """Verify ``path`` before a load, as a CheckpointLoadError naming the shard file."""
+    try:
+        verify_sharded(path)
+    except IntegrityError as exc:
+        raise CheckpointLoadError(
+            f"Cannot load the sharded checkpoint {path}: {exc}. It is not as it was written (damaged on storage or "
+            "in a copy, or a shard file was removed). Hint: resume from an earlier checkpoint; `core checkpoint "
+            "verify PATH` checks one without loading it."
+        ) from exc
 
 
 def _require_complete(fs: Any, fs_path: str, path: str) -> None:
     if is_complete(fs, fs_path):
         return
     if fs.isdir(fs_path):
-        raise FileNotFoundError(
-            f"Checkpoint not found: {path} is a directory without {METADATA_FILE}, so not a complete sharded "
-            "checkpoint (its save did not finish, or it is not a checkpoint)."
+        raise CheckpointLoadError(
+            f"Cannot load the checkpoint {path}: it is a directory without {METADATA_FILE}, so not a complete "
+            "sharded checkpoint (its save did not finish, its .metadata was removed, or it is not a checkpoint). "
+            "Hint: give a complete checkpoint (core checkpoint inspect PATH tells)."
         )
     raise FileNotFoundError(f"Checkpoint file not found: {path}")
 
@@ -432,6 +478,7 @@ def read_full(
     device: torch.device | None = None,
     keep: Callable[[str], bool] | None = None,
     rank: int = 0,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Every entry of the sharded checkpoint at ``path`` (or those ``keep`` accepts), whole, in this process alone.
 
@@ -444,9 +491,16 @@ def read_full(
         device: Where the tensors go (the CPU by default).
         keep: Which of DCP's flattened keys to read (``"state_dict.net.0.weight"``...); None: all.
         rank: Whose own entries to include.
+        verify: Check every shard file first (:func:`verify_sharded`).
+
+    Raises:
+        CheckpointLoadError: A shard file is missing, cut short or damaged, or the metadata cannot be read.
     """
     reader = _reader(path)
-    metadata = reader.read_metadata()
+    metadata = read_metadata(path)
+    if verify:
+        _verified(path)
+    reader.read_metadata()  # DCP's reader learns the shard files here
     ours = (COMMON_KEY, f"{RANK_KEY_PREFIX}{rank}")
     template: dict[str, Any] = {}
     for key, entry in metadata.state_dict_metadata.items():
