@@ -22,6 +22,7 @@ directory (written hidden, renamed into place when complete, removed atomically)
 from __future__ import annotations
 
 import atexit
+import errno
 import io
 import logging
 import threading
@@ -158,9 +159,17 @@ class DistributedCheckpointIO(CheckpointIO):
         state = _split(checkpoint, rank, self.rank_local_keys)
         target = _Target.of(path, options, _agreed_token())
         if self._background is None:
-            with _quiet_no_dist(), _dcp_errors():
-                writer = target.writer(self.fsync, self.thread_count)
-                state_dict_saver.save(state, storage_writer=writer, planner=_SavePlanner(), no_dist=_no_dist())
+            try:
+                with _quiet_no_dist(), _dcp_errors():
+                    writer = target.writer(self.fsync, self.thread_count)
+                    state_dict_saver.save(state, storage_writer=writer, planner=_SavePlanner(), no_dist=_no_dist())
+            except Exception as exc:  # every process gets the error (DCP gathers the writes' results)
+                full = target.full_disk_error(exc)
+                if rank == 0:
+                    target.discard()
+                if full is not None:
+                    raise full from exc
+                raise
             if rank == 0:
                 target.commit()
             return
@@ -349,6 +358,24 @@ class _Target:
         if self.fs.exists(f"{self.tmp}/{METADATA_FILE}"):  # else commit_directory says the save did not finish
             seal_directory(self.fs, self.tmp)
         commit_directory(self.fs, self.tmp, self.final, self.local)
+
+    def full_disk_error(self, exc: BaseException) -> OSError | None:
+        """The error to raise instead of ``exc`` when it means the disk is full (torch's writer loses the errno)."""
+        from torchplug.io.torch_io import _disk_full
+
+        parent = self.final.rpartition("/")[0] or "/"
+        if not (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) and not (
+            self.local and _disk_full(exc, parent)
+        ):
+            return None
+        return OSError(
+            errno.ENOSPC,
+            f"No space left on device: saving the sharded checkpoint to {self.path} stopped ({type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}). The directory at {self.path} was not "
+            "changed (any earlier checkpoint there is intact) and the partial one was removed. Hint: free space on "
+            "that filesystem, or save elsewhere (ModelCheckpoint(dirpath=...), default_root_dir=...)",
+            self.path,
+        )
 
     def discard(self) -> None:
         try:
@@ -575,6 +602,17 @@ def _quiet_background_no_dist() -> None:
     warnings.filterwarnings("ignore", message=_NO_DIST_WARNING, module=r"torch\.distributed\.checkpoint")
 
 
+def _own_error(exc: BaseException, rank: int) -> BaseException:
+    """This process's own error inside DCP's ``CheckpointException`` (which holds every process's), else ``exc``."""
+    if isinstance(exc, CheckpointException):
+        failure = exc.failures.get(rank) or next(iter(exc.failures.values()), None)
+        if failure is not None and isinstance(failure[0], BaseException):
+            original: BaseException = failure[0]
+            original.__context__ = exc
+            return original
+    return exc
+
+
 @contextmanager
 def _dcp_errors() -> Iterator[None]:
     """DCP wraps every process's error in a ``CheckpointException`` (a BaseException): raise this process's own."""
@@ -721,8 +759,13 @@ class _Background:
             if pending.rank == 0:
                 pending.target.commit()
         except BaseException as exc:
+            error = _own_error(exc, pending.rank)
+            full = pending.target.full_disk_error(error)
+            if full is not None:
+                full.__cause__ = error
+                error = full
             with self.lock:
-                self.failures.append((pending.target.path, exc))
+                self.failures.append((pending.target.path, error))
             log.error("Saving the sharded checkpoint %r in the background failed: %r", pending.target.path, exc)
             if pending.rank == 0:
                 pending.target.discard()
