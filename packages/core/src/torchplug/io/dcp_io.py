@@ -703,7 +703,10 @@ class _Background:
             if self.stager is not None:
                 self.stager.close()
             pinned = bool(torch.accelerator.is_available())
-            self.stager = DefaultStager(StagingOptions(pinned, shared, False, pinned))
+            if pinned and shared:  # pinned host memory in shared memory: DCP's stager registers it with the device
+                self.stager = DefaultStager(StagingOptions(pinned, shared, False, pinned))
+            else:
+                self.stager = _CopyStager(shared)
             self.shared_memory = shared
         return self.stager
 
@@ -714,7 +717,10 @@ class _Background:
 
         def stage() -> None:
             try:
-                stager.stage(state)
+                if isinstance(stager, _CopyStager):
+                    stager.reserve(state)
+                else:
+                    stager.stage(state)
             except Exception as exc:  # only an optimisation: the first save allocates instead
                 log.warning("Preparing the staging memory of asynchronous checkpoints failed: %r", exc)
 
@@ -804,6 +810,54 @@ class _Background:
             if _distributed():
                 dist.destroy_process_group(self.group)
             self.group = None
+
+
+class _CopyStager:
+    """DCP's ``AsyncStager``: one reused set of host buffers, filled by several threads (as the ``async`` IO does).
+
+    DCP's ``DefaultStager`` copies every tensor on the caller's thread; the copy is the only time
+    an asynchronous save blocks the training loop, and one thread copies at about one core's
+    memory bandwidth. One slot suffices: a save waits for the previous one to be written first.
+
+    Args:
+        shared: The buffers live in shared memory (the ``process`` executor's writer reads them there).
+    """
+
+    _synchronize_after_execute = False
+
+    def __init__(self, shared: bool) -> None:
+        from torchplug.io._snapshot import CopyPool, Slot, default_copy_threads
+
+        self.slot = Slot(shared)
+        self.copier = CopyPool(default_copy_threads())
+
+    @property
+    def should_synchronize_after_execute(self) -> bool:
+        """DCP's protocol: no wait after the write is started (:meth:`stage` returns a finished copy)."""
+        return False
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``state_dict`` in the reused buffers, complete when it returns."""
+        from torchplug.io._snapshot import take_snapshot
+
+        snapshot, events = take_snapshot(state_dict, self.slot, self.copier)
+        for event in events:
+            event.synchronize()
+        return snapshot
+
+    def reserve(self, state_dict: dict[str, Any]) -> None:
+        """Allocate (and page in) the buffers for checkpoints like ``state_dict``, without copying."""
+        from torchplug.io._snapshot import storages_of
+
+        self.slot.reserve(storages_of(state_dict))
+
+    def synchronize_staging(self) -> None:
+        """DCP's protocol: nothing is left in flight after :meth:`stage`."""
+
+    def close(self) -> None:
+        """Free the buffers and stop the copy threads."""
+        self.copier.close()
+        self.slot = type(self.slot)(self.slot.shared)
 
 
 _BACKGROUNDS: Final[weakref.WeakSet[_Background]] = weakref.WeakSet()
