@@ -189,3 +189,18 @@ def weights_bytes(root: Path) -> bytes:
     """A run of bytes from the middle of the first layer's weights in ``model.ckpt``."""
     weight = torch.load(root / "model.ckpt", weights_only=True)["state_dict"]["net.0.weight"]
     return weight.contiguous().numpy().tobytes()[64:96]
+
+
+def test_a_cut_shard_is_named_by_inspect_and_verify(written: tuple[Path, Any], core: Core, tmp_path: Path) -> None:
+    import shutil
+
+    root, _ = written
+    copy = tmp_path / "sharded.ckpt"
+    shutil.copytree(root / "sharded.ckpt", copy)
+    shard = next(p for p in sorted(copy.iterdir()) if p.name.endswith(".distcp"))
+    shard.write_bytes(shard.read_bytes()[:500])
+    inspected = core("checkpoint", "inspect", str(copy))
+    assert inspected.code == 2 and "Traceback" not in inspected.err, inspected
+    assert f"{copy}/{shard.name}: truncated: the shard file is 500 bytes" in inspected.err
+    verified = core("checkpoint", "verify", str(copy))
+    assert verified.code == 1 and f"{copy}/{shard.name}: truncated" in verified.err, verified
