@@ -815,6 +815,8 @@ class _Background:
 class _CopyStager:
     """DCP's ``AsyncStager``: one reused set of host buffers, filled by several threads (as the ``async`` IO does).
 
+    For plain tensors (one process, DDP); FSDP's ``DTensor`` shards are staged by DCP's ``DefaultStager``.
+
     DCP's ``DefaultStager`` copies every tensor on the caller's thread; the copy is the only time
     an asynchronous save blocks the training loop, and one thread copies at about one core's
     memory bandwidth. One slot suffices: a save waits for the previous one to be written first.
@@ -830,6 +832,7 @@ class _CopyStager:
 
         self.slot = Slot(shared)
         self.copier = CopyPool(default_copy_threads())
+        self.default: Any = None
 
     @property
     def should_synchronize_after_execute(self) -> bool:
@@ -837,9 +840,15 @@ class _CopyStager:
         return False
 
     def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
-        """A copy of ``state_dict`` in the reused buffers, complete when it returns."""
+        """A copy of ``state_dict`` in the reused buffers, complete when it returns.
+
+        A state with distributed tensors (FSDP's ``DTensor`` shards) goes to DCP's own stager,
+        which knows how to stage them with their layout.
+        """
         from torchplug.io._snapshot import take_snapshot
 
+        if _has_distributed_tensors(state_dict):
+            return self._fallback().stage(state_dict)  # type: ignore[no-any-return]
         snapshot, events = take_snapshot(state_dict, self.slot, self.copier)
         for event in events:
             event.synchronize()
@@ -849,7 +858,17 @@ class _CopyStager:
         """Allocate (and page in) the buffers for checkpoints like ``state_dict``, without copying."""
         from torchplug.io._snapshot import storages_of
 
-        self.slot.reserve(storages_of(state_dict))
+        if _has_distributed_tensors(state_dict):
+            self._fallback().stage(state_dict)
+        else:
+            self.slot.reserve(storages_of(state_dict))
+
+    def _fallback(self) -> Any:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+        if self.default is None:
+            self.default = DefaultStager(StagingOptions(False, self.slot.shared, False, False))
+        return self.default
 
     def synchronize_staging(self) -> None:
         """DCP's protocol: nothing is left in flight after :meth:`stage`."""
@@ -857,7 +876,21 @@ class _CopyStager:
     def close(self) -> None:
         """Free the buffers and stop the copy threads."""
         self.copier.close()
+        if self.default is not None:
+            self.default.close()
+            self.default = None
         self.slot = type(self.slot)(self.slot.shared)
+
+
+def _has_distributed_tensors(obj: Any) -> bool:
+    """Whether ``obj`` (dicts, lists and tuples of tensors) holds a tensor subclass such as ``DTensor``."""
+    if isinstance(obj, torch.Tensor):
+        return type(obj) not in (torch.Tensor, torch.nn.Parameter)
+    if isinstance(obj, dict):
+        return any(_has_distributed_tensors(value) for value in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_has_distributed_tensors(value) for value in obj)
+    return False
 
 
 _BACKGROUNDS: Final[weakref.WeakSet[_Background]] = weakref.WeakSet()

@@ -96,9 +96,9 @@ class TorchCheckpointIO(CheckpointIO):
     whole in memory. The file is then sealed (:mod:`torchplug.io._digest`): a digest of its
     records' checksums, which ``torch.save`` computes while writing, goes into the zip archive's
     comment, so the file stays an ordinary ``torch.load``-able checkpoint. Without ``fsync`` an
-    existing checkpoint is swapped out by an atomic exchange of names (``renameat2``), and deleted on
-    a background thread: a plain ``rename()`` over it would make ext4 (``auto_da_alloc``) write the
-    new file back inside the call, and deleting hundreds of megabytes takes a while too.
+    existing checkpoint is swapped out by an atomic exchange of names (``renameat2``), then deleted:
+    a plain ``rename()`` over it would make ext4 (``auto_da_alloc``) write the new file back inside
+    the call.
 
     A load verifies the seal and every record's checksum before ``torch.load`` reads the file
     (memory-mapped: the verification reads the file once and the tensors share those pages),
@@ -225,13 +225,6 @@ class TorchCheckpointIO(CheckpointIO):
             fs.rm(fs_path, recursive=True)
 
     @override
-    def flush(self) -> None:
-        """Wait until the checkpoints that saves replaced are deleted (they are, on a background thread)."""
-        from torchplug.io._dcp_layout import wait_for_removals
-
-        wait_for_removals()
-
-    @override
     def __repr__(self) -> str:
         verify = "" if self.verify else ", verify=False"
         return f"TorchCheckpointIO(fsync={self.fsync}{verify})"
@@ -242,17 +235,14 @@ def _replace(tmp: str, path: str, durable: bool) -> None:
 
     Renaming over an existing file makes ext4 (``auto_da_alloc``) write the new file back inside
     ``rename()``, which costs a third of a save. An atomic exchange of the two names does not; the
-    old file, now under the hidden name, is then deleted on a background thread (freeing its blocks
-    and pages costs as much again; :func:`~torchplug.io._dcp_layout.wait_for_removals` waits). Either
-    way the final name always holds a complete checkpoint; power-loss safety is what ``fsync=True`` is for.
+    old file, now under the hidden name, is then deleted. Either way the final name always holds a
+    complete checkpoint; power-loss safety is what ``fsync=True`` is for.
     """
     if durable or _renameat2 is None or not _is_file(path):
         os.replace(tmp, path)
         return
     if _renameat2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(path), _RENAME_EXCHANGE) == 0:
-        from torchplug.io._dcp_layout import remove_in_background
-
-        remove_in_background(tmp)  # the previous checkpoint, under the hidden name (a kill leaves it stale)
+        os.unlink(tmp)  # the previous checkpoint
         return
     os.replace(tmp, path)  # ENOENT: nothing to replace; EINVAL/ENOSYS: no exchange on this filesystem or kernel
 

@@ -28,7 +28,7 @@ from torchplug.utilities.seed import capture_rng_states
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
 
-__all__ = ["CHECKPOINT_FORMAT", "CheckpointConnector", "gradients_of", "load_gradients"]
+__all__ = ["CHECKPOINT_FORMAT", "CheckpointConnector", "WeightsMismatchError", "gradients_of", "load_gradients"]
 
 #: Version of the checkpoint layout; bumped only on incompatible changes.
 CHECKPOINT_FORMAT = 1
@@ -440,10 +440,14 @@ def load_gradients(module: torch.nn.Module, gradients: list[torch.Tensor | None]
         param.grad = None if grad is None else grad.to(param.device, param.dtype)
 
 
+class WeightsMismatchError(CheckpointLoadError, RuntimeError):
+    """A checkpoint's weights do not fit the model; a RuntimeError too, as the torch error it replaces."""
+
+
 def weights_mismatch(path: str, model: str, exc: RuntimeError) -> CheckpointLoadError:
     """The error for weights of the checkpoint at ``path`` that ``load_state_dict`` of ``model`` refused (``exc``)."""
     details = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip()) or str(exc)
-    return CheckpointLoadError(
+    return WeightsMismatchError(
         f"Cannot load the checkpoint {path} into {model}: its weights do not fit the model ({details}). Hint: build "
         "the model with the settings it was saved with (`core checkpoint inspect PATH` shows its hyperparameters and "
         "shapes); strict=False skips missing and unexpected keys, not shapes that differ."
