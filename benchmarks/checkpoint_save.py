@@ -395,8 +395,9 @@ def report_text(doc: dict[str, Any]) -> str:
         f"load of the .ckpt {ref['torch.load(ckpt)'] / ref['torch.load']:.2f}x the raw load.",
         f"  here: TorchCheckpointIO.save {sync_ratio:.2f}x torch.save over an existing file, {new_ratio:.2f}x to a "
         "new file, digest included. It streams torch.save into the hidden temporary file (Lightning first "
-        "serialises the whole checkpoint into a BytesIO), seals it, swaps it in with an atomic exchange of names "
-        "and deletes the replaced file in the background (a rename() over it makes ext4 start its write-back).",
+        "serialises the whole checkpoint into a BytesIO), seals it and swaps it in with an atomic exchange of names "
+        "(a rename() over the old file makes ext4 start its write-back); writing a new file beside the old one "
+        "costs more than truncating the old one (compare the 'new file' rows).",
         "  Lightning's AsyncCheckpointIO clones every tensor into fresh memory on every save (compare the "
         "'fresh clone' snapshot rows with the 'reused buffers' ones), queues without bound, and has no "
         "durability barrier before rotation.",
