@@ -135,7 +135,7 @@ def test_inspect_names_a_file_that_is_not_a_checkpoint(core: Core, tmp_path: Pat
     torch.save([1, 2], tmp_path / "list.pt")
     for name, cause in (("notes.ckpt", "is not a checkpoint (it starts b'not '"), ("list.pt", "it holds a list")):
         result = core("checkpoint", "inspect", str(tmp_path / name))
-        assert result.code == 1, result
+        assert result.code == 2, result  # a usage error: PATH names no checkpoint
         assert result.err.startswith(
             f"core checkpoint inspect: error: CheckpointLoadError: Cannot load the checkpoint {tmp_path / name}: "
         ), result
@@ -152,3 +152,55 @@ def test_the_help_names_the_formats(core: Core) -> None:
     with pytest.raises(SystemExit) as exit_info:
         core("checkpoint", "inspect", "--help")
     assert exit_info.value.code == 0
+
+
+def test_verify_says_intact_or_names_the_part_that_differs(
+    written: tuple[Path, Any], core: Core, tmp_path: Path
+) -> None:
+    root, _ = written
+    for name in ("model.ckpt", "sharded.ckpt"):
+        result = core("checkpoint", "verify", str(root / name))
+        assert result.code == 0, result
+        assert result.out.startswith(f"{root / name}: verified: "), result
+        assert "integrity    verified: " in core("checkpoint", "inspect", str(root / name)).out
+    damaged = tmp_path / "damaged.ckpt"
+    raw = bytearray((root / "model.ckpt").read_bytes())
+    weight = raw.find(weights_bytes(root))
+    raw[weight + 5] ^= 0x10
+    damaged.write_bytes(bytes(raw))
+    result = core("checkpoint", "verify", str(damaged))
+    assert result.code == 1 and result.out == "", result
+    assert result.err.startswith(f"core checkpoint verify: FAILED: {damaged}: record '"), result
+    assert "differs from what was written" in result.err and "Traceback" not in result.err
+    inspected = core("checkpoint", "inspect", str(damaged))
+    assert inspected.code == 2 and "Traceback" not in inspected.err, inspected
+    torch.save({"state_dict": {}}, tmp_path / "plain.pt")
+    plain = core("checkpoint", "verify", str(tmp_path / "plain.pt"))
+    assert plain.code == 0 and "checked: no torchplug digest, but torch's per-record CRC-32 match" in plain.out
+    assert "integrity    checked: no torchplug digest" in core("checkpoint", "inspect", str(tmp_path / "plain.pt")).out
+    (tmp_path / "cut.ckpt").write_bytes((root / "model.ckpt").read_bytes()[:3000])
+    cut = core("checkpoint", "verify", str(tmp_path / "cut.ckpt"))
+    assert cut.code == 1 and "truncated" in cut.err, cut
+    missing = core("checkpoint", "verify", str(tmp_path / "nope.ckpt"))
+    assert missing.code == 2 and "Checkpoint not found" in missing.err
+
+
+def weights_bytes(root: Path) -> bytes:
+    """A run of bytes from the middle of the first layer's weights in ``model.ckpt``."""
+    weight = torch.load(root / "model.ckpt", weights_only=True)["state_dict"]["net.0.weight"]
+    return weight.contiguous().numpy().tobytes()[64:96]
+
+
+def test_a_cut_shard_is_named_by_inspect_and_verify(written: tuple[Path, Any], core: Core, tmp_path: Path) -> None:
+    import shutil
+
+    root, _ = written
+    copy = tmp_path / "sharded.ckpt"
+    shutil.copytree(root / "sharded.ckpt", copy)
+    shard = next(p for p in sorted(copy.iterdir()) if p.name.endswith(".distcp"))
+    shard.write_bytes(shard.read_bytes()[:500])
+    inspected = core("checkpoint", "inspect", str(copy))
+    assert inspected.code == 2 and "Traceback" not in inspected.err, inspected
+    assert f"{copy}/{shard.name}: truncated: the shard file is 500 bytes" in inspected.err
+    verified = core("checkpoint", "verify", str(copy))
+    assert verified.code == 1 and f"{copy}/{shard.name}: truncated" in verified.err, verified

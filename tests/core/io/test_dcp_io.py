@@ -135,7 +135,7 @@ def test_a_directory_without_its_metadata_is_no_checkpoint(root: str) -> None:
     fs, fs_path = fsspec.core.url_to_fs(path)
     fs.rm(f"{fs_path}/.metadata")  # as if the save had stopped before its coordinator finished
     assert not io.exists(path)
-    with pytest.raises(FileNotFoundError, match=r"is a directory without \.metadata"):
+    with pytest.raises(torchplug.CheckpointLoadError, match=r"is a directory without \.metadata"):
         io.load_checkpoint(path)
     assert ModelCheckpoint(dirpath=root).find_last_checkpoint(io) is None  # ckpt_path="last" never picks it
     assert ModelCheckpoint(dirpath=root).complete_checkpoints(io) == []
@@ -196,6 +196,35 @@ def test_asynchronous_saves_finish_in_the_background(root: str) -> None:
         assert io.load_checkpoint(path)["global_step"] == 2  # loading waits for the pending save
     finally:
         io.teardown()
+
+
+def test_an_asynchronous_save_copies_on_several_threads_into_reused_buffers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from torchplug.io import _snapshot
+
+    monkeypatch.setattr(_snapshot, "default_copy_threads", lambda: 3)
+    monkeypatch.setattr(_snapshot, "PARALLEL_COPY_MIN_BYTES", 0)  # the test's model is small
+    shares: list[int] = []
+    split = _snapshot._split
+    monkeypatch.setattr(_snapshot, "_split", lambda *args: shares.append(args[2]) or split(*args))
+    model, optimizer = trained()
+    io = DistributedCheckpointIO(async_save=True, executor="thread")
+    try:
+        io.save_checkpoint(checkpoint_of(model, optimizer, step=1), str(tmp_path / "a.ckpt"))
+        expected = {k: v.clone() for k, v in model.state_dict().items()}
+        with torch.no_grad():
+            model[0].weight.add_(1.0)  # the save holds its own copy
+        io.flush()
+        buffers = [b.data_ptr() for bucket in io._background.stager.slot.pool.values() for b in bucket]  # type: ignore[union-attr]
+        io.save_checkpoint(checkpoint_of(model, optimizer, step=2), str(tmp_path / "b.ckpt"))
+        io.flush()
+        again = [b.data_ptr() for bucket in io._background.stager.slot.pool.values() for b in bucket]  # type: ignore[union-attr]
+    finally:
+        io.teardown()
+    assert shares == [3, 3]  # both copies split over 3 threads
+    assert sorted(again) == sorted(buffers)  # the second save reused the first one's buffers
+    assert equal(DistributedCheckpointIO().load_checkpoint(str(tmp_path / "a.ckpt"))["state_dict"], expected)
 
 
 def test_a_failed_background_save_is_raised_on_the_training_thread(tmp_path: Path) -> None:

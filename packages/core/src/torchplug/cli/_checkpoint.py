@@ -1,4 +1,4 @@
-"""``core checkpoint inspect|consolidate``: what a checkpoint holds, and a sharded one made into one file."""
+"""``core checkpoint inspect|verify|consolidate``: what a checkpoint holds, whether it is intact, one file of it."""
 
 from __future__ import annotations
 
@@ -17,8 +17,8 @@ FORMATS: Final = """formats:
 
 exit codes:
   0  success
-  1  the checkpoint could not be read or written (the message says why)
-  2  usage error, or nothing readable at PATH"""
+  1  the checkpoint could not be written, or (verify) it is not as it was written: the message says why
+  2  usage error, or nothing readable at PATH (missing, truncated, not a checkpoint: the message says which)"""
 
 
 def add_parser(commands: Any) -> None:
@@ -37,6 +37,17 @@ def add_parser(commands: Any) -> None:
     inspect.add_argument("--tensors", action="store_true", help="list every tensor of the model (text output)")
     _weights_only_flag(inspect)
     inspect.set_defaults(handler=_inspect)
+    verify = sub.add_parser(
+        "verify",
+        help="check a checkpoint against the digest recorded when it was written, without loading it",
+        description="Check every record of a checkpoint file (or every shard of a sharded directory) against the "
+        "checksums and digest recorded when it was written. Nothing is unpickled and no model is needed. Exit 0: "
+        "intact; 1: damaged or cut short (the message names the file and the part); 2: nothing to check at PATH.",
+        epilog=FORMATS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    verify.add_argument("path", help="a checkpoint file or sharded directory (local path or fsspec URL)")
+    verify.set_defaults(handler=_verify)
     consolidate = sub.add_parser(
         "consolidate",
         help="write a sharded checkpoint as one file that Module.load_from_checkpoint reads",
@@ -75,6 +86,21 @@ def _inspect(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=2, sort_keys=True))
     else:
         print(_text(summary, args.tensors))
+    return 0
+
+
+def _verify(args: argparse.Namespace) -> int:
+    from torchplug.io._digest import IntegrityError
+    from torchplug.io._formats import verify_checkpoint
+
+    try:
+        found = verify_checkpoint(args.path)
+    except IntegrityError as exc:
+        print(f"core checkpoint verify: FAILED: {exc}", file=sys.stderr)
+        return 1
+    except Exception as exc:
+        return _fail("verify", exc)
+    print(f"{args.path}: {found.describe()}")
     return 0
 
 
@@ -120,10 +146,10 @@ def _same(first: str, second: str, local: bool) -> bool:
 
 
 def _fail(command: str, exc: Exception) -> int:
-    from torchplug._errors import MisconfigurationError
+    from torchplug._errors import CheckpointLoadError, MisconfigurationError
 
     print(f"core checkpoint {command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
-    return 2 if isinstance(exc, (FileNotFoundError, MisconfigurationError)) else 1
+    return 2 if isinstance(exc, (FileNotFoundError, MisconfigurationError, CheckpointLoadError)) else 1
 
 
 def _text(summary: dict[str, Any], all_tensors: bool) -> str:
@@ -144,6 +170,7 @@ def _text(summary: dict[str, Any], all_tensors: bool) -> str:
             )
             if summary[key] is not None
         ),
+        f"integrity    {summary.get('integrity') or 'not checked (a plugin format)'}",
         f"keys         {', '.join(summary['keys'])}",
         f"model        {len(summary['tensors'])} tensors, {summary['parameters']:,} elements",
     ]

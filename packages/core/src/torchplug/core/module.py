@@ -377,7 +377,12 @@ class Module(torch.nn.Module):
         module = cls(**init_args)
         module.on_load_checkpoint(checkpoint)
         strict = module.strict_loading if strict is None else strict
-        result = module.load_state_dict(checkpoint["state_dict"], strict=strict)
+        try:
+            result = module.load_state_dict(checkpoint["state_dict"], strict=strict)
+        except RuntimeError as exc:
+            from torchplug.trainer.checkpoint_connector import weights_mismatch
+
+            raise weights_mismatch(str(path), cls.__name__, exc) from exc
         if not strict and (result.missing_keys or result.unexpected_keys):
             warnings.warn(
                 f"{cls.__name__}.load_from_checkpoint({path!r}, strict=False): keys that do not match were skipped: "

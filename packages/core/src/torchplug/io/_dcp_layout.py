@@ -36,6 +36,7 @@ __all__ = [
     "is_distributed_checkpoint",
     "is_unfinished",
     "remove_directory",
+    "remove_in_background",
     "temporary_directory",
     "url_to_fs",
     "wait_for_removals",
@@ -112,17 +113,17 @@ def _commit_local(tmp: str, final: str) -> None:
         _renameat2 is not None
         and _renameat2(_AT_FDCWD, os.fsencode(tmp), _AT_FDCWD, os.fsencode(final), _RENAME_EXCHANGE) == 0
     ):
-        _remove_in_background(tmp)  # the previous checkpoint, now under the hidden name
+        remove_in_background(tmp)  # the previous checkpoint, now under the hidden name
         return
     # No atomic exchange here (another OS or filesystem): move the old one aside first, so the final
     # name is briefly absent, never incomplete.
     old = temporary_directory(final, "old-" + uuid.uuid4().hex[:12])
     os.rename(final, old)
     os.rename(tmp, final)
-    _remove_in_background(old)
+    remove_in_background(old)
 
 
-def _remove_in_background(path: str) -> None:
+def remove_in_background(path: str) -> None:
     """Delete a replaced checkpoint, already hidden, without holding up the save (freeing gigabytes takes a while).
 
     :func:`wait_for_removals` (called by the IO's ``flush``, and at exit) waits for it; should the

@@ -16,11 +16,19 @@ from typing import Any, Final
 
 import torch
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import CheckpointLoadError, MisconfigurationError
 from torchplug.io._dcp_layout import COMMON_KEY, RANK_KEY_PREFIX, is_complete, url_to_fs
+from torchplug.io._digest import IntegrityError, Verification, verify_file
 from torchplug.io.torch_io import TorchCheckpointIO
 
-__all__ = ["TRAINING_STATE", "consolidate_checkpoint", "inspect_checkpoint", "read_checkpoint", "read_weights"]
+__all__ = [
+    "TRAINING_STATE",
+    "consolidate_checkpoint",
+    "inspect_checkpoint",
+    "read_checkpoint",
+    "read_weights",
+    "verify_checkpoint",
+]
 
 #: Entries of a checkpoint that describe training in progress, kept out of a consolidated file.
 TRAINING_STATE: Final = frozenset(
@@ -142,6 +150,42 @@ def consolidate_checkpoint(
     return target
 
 
+def verify_checkpoint(path: str | os.PathLike[str]) -> Verification:
+    """Check the checkpoint at ``path`` (a file or a sharded directory) against what was recorded when it was written.
+
+    Nothing is unpickled. A file without torchplug's seal still has torch's per-record CRC-32
+    checked. Also on the command line: ``core checkpoint verify PATH``.
+
+    Raises:
+        IntegrityError: A record, the directory's digest or a shard differs, or a file is cut short.
+        FileNotFoundError: Nothing at ``path``.
+        MisconfigurationError: A directory in no format that carries checksums (no ``.metadata``).
+    """
+    text = os.fspath(path)
+    kind, _ = checkpoint_format(text)
+    fs, fs_path, local = url_to_fs(text)
+    if kind == FILE:
+        with fs.open(fs_path, "rb") as stream:
+            head = stream.read(4)
+            if head[:1] == b"\x80":  # torch.save's legacy format (a pickle stream): nothing was recorded to check
+                return Verification(sealed=False, records=0, bytes=0)
+            if head != b"PK\x03\x04":
+                size = int(fs.size(fs_path))
+                what = "empty (0 bytes)" if not size else f"not a checkpoint (it starts {head!r})"
+                raise CheckpointLoadError(f"Cannot read the checkpoint {text}: the file is {what}.")
+            if not local:
+                return verify_file(text, stream=stream, check_unsealed=True)
+        return verify_file(fs_path, check_unsealed=True, name=text)
+    if kind == SHARDED:
+        from torchplug.io.dcp_io import verify_sharded
+
+        return verify_sharded(text)
+    raise MisconfigurationError(
+        f"{text!r} is a {kind} checkpoint, which records no checksums that torchplug can check. Hint: verify "
+        "checkpoint files and sharded (DCP) directories."
+    )
+
+
 def inspect_checkpoint(path: str | os.PathLike[str], weights_only: bool = True) -> dict[str, Any]:
     """What the checkpoint at ``path`` holds, as plain data: keys, tensor shapes, steps, versions, sizes.
 
@@ -153,13 +197,28 @@ def inspect_checkpoint(path: str | os.PathLike[str], weights_only: bool = True) 
         ``keys`` (top-level entries), ``epoch``, ``global_step``, the versions, ``tensors``
         (``state_dict`` entries: shape and dtype), ``parameters`` (their element count),
         ``optimizers`` (per optimizer: state entries and parameter groups), ``lr_schedulers``,
-        ``callbacks`` (their state keys) and ``hyper_parameters``.
+        ``callbacks`` (their state keys), ``hyper_parameters``, and ``verified`` (True: intact, as
+        recorded when it was written; False: no digest to check; None: a plugin's format) with
+        ``integrity``, what the check found in words.
+
+    Raises:
+        CheckpointLoadError: The checkpoint is damaged or cut short (the message names the file and the part).
     """
     text = os.fspath(path)
     kind, reader = checkpoint_format(text)
     size: int | None
+    if kind in (FILE, SHARDED):
+        try:
+            found = verify_checkpoint(text)
+        except CheckpointLoadError:  # not a checkpoint at all: the loader below names what it is
+            found = Verification(sealed=False, records=0, bytes=0)
+        except IntegrityError as exc:
+            raise CheckpointLoadError(f"Cannot read the checkpoint {text}: {exc}") from exc
+        integrity = {"verified": found.records > 0 and (found.sealed or kind == SHARDED), "integrity": found.describe()}
+    else:
+        integrity = {"verified": None, "integrity": None}
     if kind == SHARDED:
-        return _describe_sharded(text, weights_only)
+        return {**_describe_sharded(text, weights_only), **integrity}
     if kind == FILE:
         fs, fs_path, local = url_to_fs(text)
         checkpoint = _load_file(text, fs_path if local else None, weights_only)
@@ -172,7 +231,8 @@ def inspect_checkpoint(path: str | os.PathLike[str], weights_only: bool = True) 
         for k, v in checkpoint.get("state_dict", {}).items()
         if isinstance(v, torch.Tensor)
     }
-    return _summary(path=text, kind=kind, size=size, processes=None, checkpoint=checkpoint, tensors=tensors)
+    summary = _summary(path=text, kind=kind, size=size, processes=None, checkpoint=checkpoint, tensors=tensors)
+    return {**summary, **integrity}
 
 
 def _load_file(path: str, local_path: str | None, weights_only: bool) -> dict[str, Any]:
@@ -198,7 +258,7 @@ def _describe_sharded(path: str, weights_only: bool) -> dict[str, Any]:
 
     metadata = read_metadata(path)
     entries = metadata.state_dict_metadata
-    common = read_full(path, weights_only=weights_only, keep=lambda key: False)
+    common = read_full(path, weights_only=weights_only, keep=lambda key: False, verify=False)  # verified before
     tensors: dict[str, Any] = {}
     keys = {k for k in common}
     for key, entry in entries.items():

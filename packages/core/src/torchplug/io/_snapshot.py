@@ -119,12 +119,17 @@ def _split(pairs: list[CopyPair], total: int, parts: int) -> list[list[CopyPair]
 
 
 class Slot:
-    """Staging buffers of one snapshot, kept after its write for the next save to reuse."""
+    """Staging buffers of one snapshot, kept after its write for the next save to reuse.
 
-    __slots__ = ("pool",)
+    Args:
+        shared: Put host buffers in shared memory (another process writes the snapshot).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("pool", "shared")
+
+    def __init__(self, shared: bool = False) -> None:
         self.pool: BufferPool = {}
+        self.shared = shared
 
     def stage(self, sources: dict[StorageKey, torch.Tensor], copier: CopyPool) -> dict[StorageKey, torch.Tensor]:
         """Copy each source (a byte view of one storage) into a host buffer of the same size.
@@ -143,7 +148,7 @@ class Slot:
         for key, source in sources.items():
             buffer = staged.get(key)
             if buffer is None:
-                buffer = staged[key] = _staging_buffer(source)
+                buffer = staged[key] = _staging_buffer(source, self.shared)
             if source.is_cpu:
                 host.append((buffer, source))
             else:  # from an accelerator: queued on the caller's stream, waited for by the writer
@@ -166,15 +171,19 @@ class Slot:
             bucket = self.pool.setdefault((device, numel), [])
             source = next(s for s in sources.values() if (s.device, s.numel()) == (device, numel))
             while len(bucket) < count:
-                buffer = _staging_buffer(source)
+                buffer = _staging_buffer(source, self.shared)
                 buffer.zero_()  # touch every page now
                 bucket.append(buffer)
 
 
-def _staging_buffer(source: torch.Tensor) -> torch.Tensor:
-    """Host memory for a copy of ``source``: pinned when it comes from an accelerator (if pinning works)."""
-    if source.is_cpu:  # host memory already: no pinning needed
-        return torch.empty_like(source)
+def _staging_buffer(source: torch.Tensor, shared: bool = False) -> torch.Tensor:
+    """Host memory for a copy of ``source``: pinned when it comes from an accelerator (if pinning works).
+
+    ``shared``: in shared memory, for a writer in another process (not pinned then).
+    """
+    if source.is_cpu or shared:  # host memory already: no pinning needed
+        buffer = torch.empty(source.numel(), dtype=torch.uint8)
+        return buffer.share_memory_() if shared else buffer
     try:
         return torch.empty(source.numel(), dtype=torch.uint8, pin_memory=True)
     except RuntimeError:  # no pinned memory here: a slower, synchronous copy into pageable memory

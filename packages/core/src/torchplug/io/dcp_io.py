@@ -22,6 +22,7 @@ directory (written hidden, renamed into place when complete, removed atomically)
 from __future__ import annotations
 
 import atexit
+import errno
 import io
 import logging
 import threading
@@ -42,7 +43,7 @@ from torch.distributed.checkpoint.filesystem import FileSystemReader, FileSystem
 from torch.distributed.checkpoint.metadata import BytesStorageMetadata, Metadata, TensorStorageMetadata
 from typing_extensions import override
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import CheckpointLoadError, MisconfigurationError
 from torchplug.io._dcp_layout import (
     COMMON_KEY,
     METADATA_FILE,
@@ -54,12 +55,20 @@ from torchplug.io._dcp_layout import (
     url_to_fs,
     wait_for_removals,
 )
+from torchplug.io._digest import IntegrityError, Verification, seal_directory, verify_directory
 from torchplug.io.async_io import CheckpointSaveError
 from torchplug.io.checkpoint_io import CheckpointIO
 from torchplug.io.torch_io import TorchCheckpointIO
 from torchplug.utilities.rank_zero import rank_zero_warn
 
-__all__ = ["RANK_LOCAL_KEYS", "SHARDED_KEYS", "DistributedCheckpointIO", "read_full", "read_metadata"]
+__all__ = [
+    "RANK_LOCAL_KEYS",
+    "SHARDED_KEYS",
+    "DistributedCheckpointIO",
+    "read_full",
+    "read_metadata",
+    "verify_sharded",
+]
 
 log = logging.getLogger(__name__)
 
@@ -150,9 +159,17 @@ class DistributedCheckpointIO(CheckpointIO):
         state = _split(checkpoint, rank, self.rank_local_keys)
         target = _Target.of(path, options, _agreed_token())
         if self._background is None:
-            with _quiet_no_dist(), _dcp_errors():
-                writer = target.writer(self.fsync, self.thread_count)
-                state_dict_saver.save(state, storage_writer=writer, planner=_SavePlanner(), no_dist=_no_dist())
+            try:
+                with _quiet_no_dist(), _dcp_errors():
+                    writer = target.writer(self.fsync, self.thread_count)
+                    state_dict_saver.save(state, storage_writer=writer, planner=_SavePlanner(), no_dist=_no_dist())
+            except Exception as exc:  # every process gets the error (DCP gathers the writes' results)
+                full = target.full_disk_error(exc)
+                if rank == 0:
+                    target.discard()
+                if full is not None:
+                    raise full from exc
+                raise
             if rank == 0:
                 target.commit()
             return
@@ -215,6 +232,7 @@ class DistributedCheckpointIO(CheckpointIO):
         if fs.isfile(fs_path):
             return TorchCheckpointIO().load_checkpoint(path, map_location="cpu", weights_only=weights_only)
         _require_complete(fs, fs_path, path)
+        _verified(path)
         reader = _reader(path)
         metadata = reader.read_metadata()
         rank, world = _rank(), _world_size()
@@ -337,7 +355,27 @@ class _Target:
         return FsspecWriter(url, sync_files=False, thread_count=thread_count, **self.options)
 
     def commit(self) -> None:
+        if self.fs.exists(f"{self.tmp}/{METADATA_FILE}"):  # else commit_directory says the save did not finish
+            seal_directory(self.fs, self.tmp)
         commit_directory(self.fs, self.tmp, self.final, self.local)
+
+    def full_disk_error(self, exc: BaseException) -> OSError | None:
+        """The error to raise instead of ``exc`` when it means the disk is full (torch's writer loses the errno)."""
+        from torchplug.io.torch_io import _disk_full
+
+        parent = self.final.rpartition("/")[0] or "/"
+        if not (isinstance(exc, OSError) and exc.errno == errno.ENOSPC) and not (
+            self.local and _disk_full(exc, parent)
+        ):
+            return None
+        return OSError(
+            errno.ENOSPC,
+            f"No space left on device: saving the sharded checkpoint to {self.path} stopped ({type(exc).__name__}: "
+            f"{str(exc).strip().splitlines()[0] if str(exc).strip() else ''}). The directory at {self.path} was not "
+            "changed (any earlier checkpoint there is intact) and the partial one was removed. Hint: free space on "
+            "that filesystem, or save elsewhere (ModelCheckpoint(dirpath=...), default_root_dir=...)",
+            self.path,
+        )
 
     def discard(self) -> None:
         try:
@@ -356,17 +394,52 @@ def _reader(path: str) -> FileSystemReader:
 
 
 def read_metadata(path: str) -> Metadata:
-    """DCP's metadata of the sharded checkpoint at ``path``: every entry's key, size and type, without the data."""
-    return _reader(path).read_metadata()
+    """DCP's metadata of the sharded checkpoint at ``path``: every entry's key, size and type, without the data.
+
+    Raises:
+        CheckpointLoadError: The ``.metadata`` file is missing, cut short or not DCP's.
+    """
+    try:
+        return _reader(path).read_metadata()
+    except Exception as exc:  # pickle raises anything on bytes it does not understand
+        raise CheckpointLoadError(
+            f"Cannot load the sharded checkpoint {path}: its {METADATA_FILE} cannot be read ({type(exc).__name__}: "
+            f"{exc}). It was damaged after the save (a complete save writes it whole, last). Hint: resume from an "
+            "earlier checkpoint."
+        ) from exc
+
+
+def verify_sharded(path: str) -> Verification:
+    """Check every shard file of the sharded checkpoint at ``path`` (:func:`torchplug.io._digest.verify_directory`).
+
+    Raises:
+        IntegrityError: A shard file is missing, cut short, or differs (named, with the item).
+        CheckpointLoadError: The ``.metadata`` cannot be read.
+    """
+    fs, fs_path, _ = url_to_fs(path)
+    return verify_directory(path, fs, fs_path, read_metadata(path))
+
+
+def _verified(path: str) -> None:
+    """Verify ``path`` before a load, as a CheckpointLoadError naming the shard file."""
+    try:
+        verify_sharded(path)
+    except IntegrityError as exc:
+        raise CheckpointLoadError(
+            f"Cannot load the sharded checkpoint {path}: {exc}. It is not as it was written (damaged on storage or "
+            "in a copy, or a shard file was removed). Hint: resume from an earlier checkpoint; `core checkpoint "
+            "verify PATH` checks one without loading it."
+        ) from exc
 
 
 def _require_complete(fs: Any, fs_path: str, path: str) -> None:
     if is_complete(fs, fs_path):
         return
     if fs.isdir(fs_path):
-        raise FileNotFoundError(
-            f"Checkpoint not found: {path} is a directory without {METADATA_FILE}, so not a complete sharded "
-            "checkpoint (its save did not finish, or it is not a checkpoint)."
+        raise CheckpointLoadError(
+            f"Cannot load the checkpoint {path}: it is a directory without {METADATA_FILE}, so not a complete "
+            "sharded checkpoint (its save did not finish, its .metadata was removed, or it is not a checkpoint). "
+            "Hint: give a complete checkpoint (core checkpoint inspect PATH tells)."
         )
     raise FileNotFoundError(f"Checkpoint file not found: {path}")
 
@@ -432,6 +505,7 @@ def read_full(
     device: torch.device | None = None,
     keep: Callable[[str], bool] | None = None,
     rank: int = 0,
+    verify: bool = True,
 ) -> dict[str, Any]:
     """Every entry of the sharded checkpoint at ``path`` (or those ``keep`` accepts), whole, in this process alone.
 
@@ -444,9 +518,16 @@ def read_full(
         device: Where the tensors go (the CPU by default).
         keep: Which of DCP's flattened keys to read (``"state_dict.net.0.weight"``...); None: all.
         rank: Whose own entries to include.
+        verify: Check every shard file first (:func:`verify_sharded`).
+
+    Raises:
+        CheckpointLoadError: A shard file is missing, cut short or damaged, or the metadata cannot be read.
     """
     reader = _reader(path)
-    metadata = reader.read_metadata()
+    metadata = read_metadata(path)
+    if verify:
+        _verified(path)
+    reader.read_metadata()  # DCP's reader learns the shard files here
     ours = (COMMON_KEY, f"{RANK_KEY_PREFIX}{rank}")
     template: dict[str, Any] = {}
     for key, entry in metadata.state_dict_metadata.items():
@@ -519,6 +600,17 @@ def _quiet_background_no_dist() -> None:
     A ``catch_warnings()`` on this thread does not reach that thread.
     """
     warnings.filterwarnings("ignore", message=_NO_DIST_WARNING, module=r"torch\.distributed\.checkpoint")
+
+
+def _own_error(exc: BaseException, rank: int) -> BaseException:
+    """This process's own error inside DCP's ``CheckpointException`` (which holds every process's), else ``exc``."""
+    if isinstance(exc, CheckpointException):
+        failure = exc.failures.get(rank) or next(iter(exc.failures.values()), None)
+        if failure is not None and isinstance(failure[0], BaseException):
+            original: BaseException = failure[0]
+            original.__context__ = exc
+            return original
+    return exc
 
 
 @contextmanager
@@ -611,7 +703,10 @@ class _Background:
             if self.stager is not None:
                 self.stager.close()
             pinned = bool(torch.accelerator.is_available())
-            self.stager = DefaultStager(StagingOptions(pinned, shared, False, pinned))
+            if pinned and shared:  # pinned host memory in shared memory: DCP's stager registers it with the device
+                self.stager = DefaultStager(StagingOptions(pinned, shared, False, pinned))
+            else:
+                self.stager = _CopyStager(shared)
             self.shared_memory = shared
         return self.stager
 
@@ -622,7 +717,10 @@ class _Background:
 
         def stage() -> None:
             try:
-                stager.stage(state)
+                if isinstance(stager, _CopyStager):
+                    stager.reserve(state)
+                else:
+                    stager.stage(state)
             except Exception as exc:  # only an optimisation: the first save allocates instead
                 log.warning("Preparing the staging memory of asynchronous checkpoints failed: %r", exc)
 
@@ -667,8 +765,13 @@ class _Background:
             if pending.rank == 0:
                 pending.target.commit()
         except BaseException as exc:
+            error = _own_error(exc, pending.rank)
+            full = pending.target.full_disk_error(error)
+            if full is not None:
+                full.__cause__ = error
+                error = full
             with self.lock:
-                self.failures.append((pending.target.path, exc))
+                self.failures.append((pending.target.path, error))
             log.error("Saving the sharded checkpoint %r in the background failed: %r", pending.target.path, exc)
             if pending.rank == 0:
                 pending.target.discard()
@@ -707,6 +810,87 @@ class _Background:
             if _distributed():
                 dist.destroy_process_group(self.group)
             self.group = None
+
+
+class _CopyStager:
+    """DCP's ``AsyncStager``: one reused set of host buffers, filled by several threads (as the ``async`` IO does).
+
+    For plain tensors (one process, DDP); FSDP's ``DTensor`` shards are staged by DCP's ``DefaultStager``.
+
+    DCP's ``DefaultStager`` copies every tensor on the caller's thread; the copy is the only time
+    an asynchronous save blocks the training loop, and one thread copies at about one core's
+    memory bandwidth. One slot suffices: a save waits for the previous one to be written first.
+
+    Args:
+        shared: The buffers live in shared memory (the ``process`` executor's writer reads them there).
+    """
+
+    _synchronize_after_execute = False
+
+    def __init__(self, shared: bool) -> None:
+        from torchplug.io._snapshot import CopyPool, Slot, default_copy_threads
+
+        self.slot = Slot(shared)
+        self.copier = CopyPool(default_copy_threads())
+        self.default: Any = None
+
+    @property
+    def should_synchronize_after_execute(self) -> bool:
+        """DCP's protocol: no wait after the write is started (:meth:`stage` returns a finished copy)."""
+        return False
+
+    def stage(self, state_dict: dict[str, Any]) -> dict[str, Any]:
+        """A copy of ``state_dict`` in the reused buffers, complete when it returns.
+
+        A state with distributed tensors (FSDP's ``DTensor`` shards) goes to DCP's own stager,
+        which knows how to stage them with their layout.
+        """
+        from torchplug.io._snapshot import take_snapshot
+
+        if _has_distributed_tensors(state_dict):
+            return self._fallback().stage(state_dict)  # type: ignore[no-any-return]
+        snapshot, events = take_snapshot(state_dict, self.slot, self.copier)
+        for event in events:
+            event.synchronize()
+        return snapshot
+
+    def reserve(self, state_dict: dict[str, Any]) -> None:
+        """Allocate (and page in) the buffers for checkpoints like ``state_dict``, without copying."""
+        from torchplug.io._snapshot import storages_of
+
+        if _has_distributed_tensors(state_dict):
+            self._fallback().stage(state_dict)
+        else:
+            self.slot.reserve(storages_of(state_dict))
+
+    def _fallback(self) -> Any:
+        from torch.distributed.checkpoint.staging import DefaultStager, StagingOptions
+
+        if self.default is None:
+            self.default = DefaultStager(StagingOptions(False, self.slot.shared, False, False))
+        return self.default
+
+    def synchronize_staging(self) -> None:
+        """DCP's protocol: nothing is left in flight after :meth:`stage`."""
+
+    def close(self) -> None:
+        """Free the buffers and stop the copy threads."""
+        self.copier.close()
+        if self.default is not None:
+            self.default.close()
+            self.default = None
+        self.slot = type(self.slot)(self.slot.shared)
+
+
+def _has_distributed_tensors(obj: Any) -> bool:
+    """Whether ``obj`` (dicts, lists and tuples of tensors) holds a tensor subclass such as ``DTensor``."""
+    if isinstance(obj, torch.Tensor):
+        return type(obj) not in (torch.Tensor, torch.nn.Parameter)
+    if isinstance(obj, dict):
+        return any(_has_distributed_tensors(value) for value in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return any(_has_distributed_tensors(value) for value in obj)
+    return False
 
 
 _BACKGROUNDS: Final[weakref.WeakSet[_Background]] = weakref.WeakSet()

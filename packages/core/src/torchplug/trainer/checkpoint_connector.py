@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any, Final
 import torch
 
 from torchplug._discovery import core_version
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import CheckpointLoadError, MisconfigurationError
 from torchplug.trainer.checkpoint_layout import (
     LIGHTNING_LAYOUT_VERSION,
     LIGHTNING_VERSION_KEY,
@@ -28,7 +28,7 @@ from torchplug.utilities.seed import capture_rng_states
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
 
-__all__ = ["CHECKPOINT_FORMAT", "CheckpointConnector", "gradients_of", "load_gradients"]
+__all__ = ["CHECKPOINT_FORMAT", "CheckpointConnector", "WeightsMismatchError", "gradients_of", "load_gradients"]
 
 #: Version of the checkpoint layout; bumped only on incompatible changes.
 CHECKPOINT_FORMAT = 1
@@ -174,7 +174,10 @@ class CheckpointConnector:
         trainer.module.on_load_checkpoint(checkpoint)
         if strict is None:
             strict = bool(getattr(trainer.module, "strict_loading", True))
-        trainer.strategy.load_module_state_dict(checkpoint["state_dict"], strict=strict)
+        try:
+            trainer.strategy.load_module_state_dict(checkpoint["state_dict"], strict=strict)
+        except RuntimeError as exc:
+            raise weights_mismatch(str(self.ckpt_path), type(trainer.module).__name__, exc) from exc
 
     def restore_training_state(self, checkpoint: dict[str, Any]) -> None:
         """Restore everything ``fit`` needs to continue exactly where the checkpoint was written."""
@@ -186,10 +189,17 @@ class CheckpointConnector:
             or "optimizer_states" not in checkpoint
         ):
             missing = [k for k in ("loops", "optimizer_states") if k not in checkpoint] or ["loops['fit']"]
-            raise MisconfigurationError(
-                f"{self.ckpt_path!r} holds only weights (it lacks {', '.join(map(repr, missing))}: it was saved with "
-                "weights_only=True), so fit cannot resume from it. Hint: load it with Module.load_from_checkpoint(...) "
-                "and start a new fit without ckpt_path."
+            if len(missing) == 2:  # both: what a weights_only save leaves out
+                raise MisconfigurationError(
+                    f"{self.ckpt_path!r} holds only weights (it lacks {', '.join(map(repr, missing))}: it was saved "
+                    "with weights_only=True), so fit cannot resume from it. Hint: load it with "
+                    "Module.load_from_checkpoint(...) and start a new fit without ckpt_path."
+                )
+            raise CheckpointLoadError(
+                f"Cannot resume from the checkpoint {self.ckpt_path}: its {missing[0]!r} section is missing (it holds "
+                f"{', '.join(map(repr, list(checkpoint)[:12]))}). A torchplug or Lightning save writes it with the "
+                "others, so the file was edited or written by other code. Hint: resume from another checkpoint, or "
+                "load its weights with Module.load_from_checkpoint(...) and start a new fit."
             )
         strategy = trainer.strategy
         assert strategy.precision is not None and strategy.accelerator is not None
@@ -428,6 +438,20 @@ def load_gradients(module: torch.nn.Module, gradients: list[torch.Tensor | None]
     """Put back gradients saved by :func:`gradients_of`."""
     for param, grad in zip(module.parameters(), gradients):
         param.grad = None if grad is None else grad.to(param.device, param.dtype)
+
+
+class WeightsMismatchError(CheckpointLoadError, RuntimeError):
+    """A checkpoint's weights do not fit the model; a RuntimeError too, as the torch error it replaces."""
+
+
+def weights_mismatch(path: str, model: str, exc: RuntimeError) -> CheckpointLoadError:
+    """The error for weights of the checkpoint at ``path`` that ``load_state_dict`` of ``model`` refused (``exc``)."""
+    details = "; ".join(line.strip() for line in str(exc).splitlines()[1:] if line.strip()) or str(exc)
+    return WeightsMismatchError(
+        f"Cannot load the checkpoint {path} into {model}: its weights do not fit the model ({details}). Hint: build "
+        "the model with the settings it was saved with (`core checkpoint inspect PATH` shows its hyperparameters and "
+        "shapes); strict=False skips missing and unexpected keys, not shapes that differ."
+    )
 
 
 def _scheduler_state(scheduler: Any) -> Any:
