@@ -23,6 +23,8 @@ import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from typing_extensions import override
 
+from torchplug.utilities.printable import printable_lines
+
 __all__ = ["HelpFormatter", "Parser", "check_config_files", "config_paths", "dropped_init_args"]
 
 _CLASS_PATH_PROBLEM: Final = re.compile(r"Problem with given class_path '([^']+)':\s*(.+)")
@@ -121,7 +123,8 @@ class Parser(ArgumentParser):
         parser = getattr(ex, "subcommand_parser", None) or self
         prog, args = self.context
         prog = getattr(parser, "display_prog", None) or prog
-        sys.stderr.write(f"{prog}: error: {readable(message, args, parser)}\nSee: {prog} --help\n")
+        text = "\n".join(printable_lines(readable(message, args, parser)))  # config values are shown escaped
+        sys.stderr.write(f"{prog}: error: {text}\nSee: {prog} --help\n")
         raise SystemExit(2)
 
 

@@ -54,6 +54,7 @@ from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
 from torchplug.trainer.trainer import Trainer
+from torchplug.utilities.printable import printable
 from torchplug.utilities.seed import seed_everything
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "TrainerCLI", "run_command"]
@@ -454,7 +455,7 @@ class TrainerCLI:
                 return
         except PluginError as exc:
             hint = "" if "Hint:" in str(exc) else " Hint: core plugins list shows every installed name."
-            self._error(f"{option}: {exc}{hint}")
+            self._error(f"{option}: {printable(exc)}{hint}")
         names = sorted({n for kind in kinds for n in host.registry(kind).names()})
         close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.6)
         maybe = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
@@ -471,7 +472,7 @@ class TrainerCLI:
         try:  # True: a random seed, or the one a parent process exported (so every DDP rank agrees)
             self.seed = seed_everything(None if value is True else value, workers=True)
         except ValueError as exc:
-            self._error(f"--seed_everything: {exc}")
+            self._error(f"--seed_everything: {printable(exc)}")
         config.seed_everything = self.seed
 
     # -- running ------------------------------------------------------------------------------
@@ -521,7 +522,7 @@ class TrainerCLI:
         try:
             return self.trainer_class(**kwargs)
         except (MisconfigurationError, PluginError) as exc:
-            self._error(_with_option(str(exc)))
+            self._error(_with_option(printable(exc)))
 
     def _dump(self) -> str:
         parser = self._subcommand_parser_of(self.subcommand)
@@ -540,9 +541,9 @@ class TrainerCLI:
                 self._tune(_tune_items(config.tune))
             result = method(self.model, datamodule=self.datamodule, ckpt_path=config.get("ckpt_path"))
         except MisconfigurationError as exc:  # arguments that do not fit together, found while running
-            self._error(_with_option(str(exc)))
+            self._error(_with_option(printable(exc)))
         except CheckpointLoadError as exc:  # --ckpt_path names a file that is not a whole checkpoint
-            self._error(f"--ckpt_path={config.get('ckpt_path')}: {exc}")
+            self._error(f"--ckpt_path={config.get('ckpt_path')}: {printable(exc)}")
         if self.subcommand == "fit":
             _print_fit_summary(self.trainer, time.perf_counter() - start)
         elif self.subcommand == "predict":
@@ -662,7 +663,7 @@ def _construction_error(exc: BaseException, trainer: Namespace | None = None) ->
 def _described(owner: str, error: BaseException, frame: traceback.FrameSummary | None) -> str:
     where = f'\n  File "{frame.filename}", line {frame.lineno}, in {frame.name}' if frame is not None else ""
     code = f"\n    {frame.line}" if frame is not None and frame.line else ""
-    return f"{owner} raised {type(error).__name__}: {error}{where}{code}"
+    return f"{owner} raised {type(error).__name__}: {printable(error)}{where}{code}"
 
 
 def _trainer_class_error(trainer: Namespace) -> str | None:
@@ -769,7 +770,7 @@ def run_command(argv: Sequence[str], prog: str = "core") -> int:
     except PluginLoadError:
         pass  # TORCHPLUG_STRICT_PLUGINS=1: raised as a usage error where a name is used
     except SettingsError as exc:
-        print(f"{' '.join([prog, *argv[:1]])}: error: {exc}", file=sys.stderr)
+        print(f"{' '.join([prog, *argv[:1]])}: error: {printable(exc)}", file=sys.stderr)
         return 2
     cwd = os.getcwd()
     if cwd not in sys.path:
