@@ -29,7 +29,6 @@ import os
 import re
 import sys
 import sysconfig
-import tempfile
 import time
 import traceback
 import warnings
@@ -56,6 +55,7 @@ from torchplug.loggers.logger import Logger
 from torchplug.trainer.trainer import Trainer
 from torchplug.utilities.printable import printable
 from torchplug.utilities.seed import seed_everything
+from torchplug.utilities.writable import unwritable
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "TrainerCLI", "run_command"]
 
@@ -498,7 +498,7 @@ class TrainerCLI:
         if self.subcommand != "fit":
             return
         root = self.trainer.default_root_dir
-        problem = _unwritable(root)
+        problem = unwritable(root)
         if problem is not None:
             self._error(
                 f"--trainer.default_root_dir={root}: logs and checkpoints cannot be written there ({problem}). "
@@ -623,20 +623,6 @@ def _exists(path: str) -> bool:
         return bool(fs.exists(fs_path))
     except Exception:  # an unknown protocol or an unreachable store: let the run report it in its own words
         return True
-
-
-def _unwritable(root: str) -> str | None:
-    """Why files cannot be written under the local directory ``root`` (created if missing), or None."""
-    if "://" in root and not root.startswith("file://"):
-        return None  # a remote store: the first write reports its own error
-    directory = root.removeprefix("file://")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc.strerror or exc}"
-    return None
 
 
 def _construction_error(exc: BaseException, trainer: Namespace | None = None) -> str:
