@@ -17,6 +17,7 @@ from torchplug import BrokenPluginError, PluginLoadError, PluginSettingsError, P
 from torchplug._deadline import THREAD_NAME
 from torchplug._host import PluginHost, plugin_host
 from torchplug._settings import PluginSettings
+from torchplug.utilities.warn import reset_warned
 
 MakeDist = Callable[..., str]
 
@@ -487,3 +488,29 @@ def test_plugin_timeout_from_environment(monkeypatch: pytest.MonkeyPatch) -> Non
     assert PluginSettings.from_env({}).timeout == 30.0
     assert PluginSettings.from_env({"TORCHPLUG_PLUGIN_TIMEOUT": "2.5"}).timeout == 2.5
     assert PluginSettings.from_env({"TORCHPLUG_PLUGIN_TIMEOUT": "0"}).timeout == 0.0
+
+
+def test_a_blocked_name_no_installed_plugin_answers_to_is_warned_about(
+    make_dist: MakeDist, new_host: NewHost, plugin_source: Callable[..., str], recwarn: pytest.WarningsRecorder
+) -> None:
+    reset_warned()
+    make_dist("vendor-real", plugins={"realaccel": plugin_source("realaccel")})
+    host = new_host(blocked=("vendor-real", "nosuch"))
+    host.ensure_loaded()
+    messages = [str(w.message) for w in recwarn if "TORCHPLUG_BLOCK_PLUGINS" in str(w.message)]
+    assert len(messages) == 1
+    assert messages[0].startswith(
+        "TORCHPLUG_BLOCK_PLUGINS='vendor-real,nosuch' names 'nosuch', which no installed plugin answers to"
+    )
+    assert "vendor-real" in messages[0].partition("Installed plugins: ")[2]  # what the name could have meant
+
+
+def test_a_requested_plugin_that_is_not_installed_is_warned_about(
+    new_host: NewHost, recwarn: pytest.WarningsRecorder
+) -> None:
+    reset_warned()
+    new_host(requested=("nonexistent_mod",)).ensure_loaded()
+    messages = [str(w.message) for w in recwarn if "TORCHPLUG_PLUGINS" in str(w.message)]
+    assert messages and messages[0].startswith(
+        "TORCHPLUG_PLUGINS='nonexistent_mod' names 'nonexistent_mod', which no installed plugin answers to"
+    )

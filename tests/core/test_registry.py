@@ -239,13 +239,13 @@ def test_unknown_qualified_provider_lists_the_choices(registry: Registry, host: 
         registry.resolve("xpu@vendor-z")
 
 
-@pytest.mark.parametrize("bad", ["", "has space", "-leading", "a/b"])
+@pytest.mark.parametrize("bad", ["", "has space", "-leading", "a/b", "cpu\n", "cpu\x1b[2J"])
 def test_invalid_names_are_rejected(registry: Registry, bad: str) -> None:
     with pytest.raises(ValueError, match="Invalid registry name"):
         registry.register(bad, CPUAccelerator)
 
 
-@pytest.mark.parametrize("bad", ["no_colon", "mod:", 42])
+@pytest.mark.parametrize("bad", ["no_colon", "mod:", 42, "mod:Class\n"])
 def test_invalid_targets_are_rejected(registry: Registry, bad: object) -> None:
     with pytest.raises(TypeError, match="'module:Class' paths or classes"):
         registry.register("x", bad)  # type: ignore[arg-type]

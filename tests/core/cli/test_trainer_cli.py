@@ -333,6 +333,19 @@ def test_invalid_yaml_config_is_a_usage_error(core: Core, tmp_path: Path, text: 
 
 BAD_CONFIGS = {
     "not-a-mapping": ("- trainer\n- model\n", ["expected a mapping of options", "got a list"]),
+    "duplicate-key": (
+        "trainer:\n  max_epochs: 1\n  accelerator: cpu\n  max_epochs: 2\n",
+        ["bad.yaml: the key 'max_epochs' is given twice in one mapping (line 2 and line 4)"],
+    ),
+    "duplicate-section": (
+        "trainer:\n  max_epochs: 1\nmodel:\n  hidden: 3\ntrainer:\n  max_epochs: 2\n",
+        ["the key 'trainer' is given twice in one mapping (line 1 and line 5)"],
+    ),
+    "trainer-section-is-a-list": (
+        "trainer: [1, 2]\n",
+        ["bad.yaml: the 'trainer' section holds [1, 2] (list), not a mapping of options. Hint:"],
+    ),
+    "trainer-section-is-a-number": ("trainer: 3\n", ["the 'trainer' section holds 3 (int), not a mapping"]),
     "unknown-option": (
         "trainer:\n  max_epoch: 3\n",
         ["trainer.max_epoch (in a config file): no such option", "Did you mean '--trainer.max_epochs'"],

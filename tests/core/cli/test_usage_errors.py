@@ -96,7 +96,7 @@ def test_an_unwritable_default_root_dir_is_a_usage_error(core: Core, tmp_path: P
     assert code == 2
     assert err.startswith(
         f"core fit: error: --trainer.default_root_dir={tmp_path}/a-file/runs: logs and checkpoints cannot be "
-        "written there (NotADirectoryError: Not a directory)."
+        f"written there ({tmp_path}/a-file is a file, not a directory)."
     )
 
 

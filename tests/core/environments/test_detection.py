@@ -213,10 +213,21 @@ def test_skip_can_be_given_as_a_mapping_instead_of_os_environ(monkeypatch: pytes
     assert select_cluster_environment(registry(), {}).name == "slurm"
 
 
-def test_skip_names_that_are_not_registered_are_noted_not_fatal() -> None:
-    selection = select_cluster_environment(registry(), {SKIP_CLUSTER_ENVIRONMENTS_VAR: "slrum"})
+def test_a_skipped_name_that_no_package_provides_is_a_settings_error() -> None:
+    with pytest.raises(SettingsError) as info:
+        select_cluster_environment(registry(), {SKIP_CLUSTER_ENVIRONMENTS_VAR: "local,nosuch"})
+    message = str(info.value)
+    assert message.startswith(
+        "TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS='local,nosuch' names 'nosuch', which is no cluster environment. "
+        "Registered here: "
+    )
+    assert "local" in message and "horovod" in message  # what is here, and what other packages provide
+
+
+def test_a_first_party_environment_not_installed_here_may_be_skipped() -> None:
+    selection = select_cluster_environment(registry(), {SKIP_CLUSTER_ENVIRONMENTS_VAR: "horovod"})
     assert selection.name == "local"
-    assert "slrum: not registered (named in TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS)" in selection.trace
+    assert "horovod: not installed (named in TORCHPLUG_SKIP_CLUSTER_ENVIRONMENTS)" in selection.trace
 
 
 def test_skipped_environments_are_not_imported() -> None:

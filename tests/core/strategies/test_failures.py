@@ -137,6 +137,19 @@ def test_a_worker_that_raises_fails_the_caller_with_an_error_naming_it(tmp_path:
     assert_nothing_left(tmp_path, result)
 
 
+@pytest.mark.parametrize("strategy", ["ddp_spawn", "ddp_fork"])
+def test_a_worker_killed_outright_is_named_as_under_ddp(tmp_path: Path, strategy: str) -> None:
+    result = crash(tmp_path, strategy, rank=1, how="kill")
+    assert result.returncode != 0
+    pids = started_pids(tmp_path)
+    caller = [e for e in errors(tmp_path) if e["pid"] not in set(pids.values())]
+    assert [(e["type"], e["message"]) for e in caller] == [
+        ("ChildProcessError", f"Local rank 1 (pid {pids['1']}) was killed by signal 9; the other ranks were stopped.")
+    ]
+    assert "ProcessExitedException" not in result.output
+    assert_nothing_left(tmp_path, result)
+
+
 def test_torchrun_reports_a_failed_rank_and_stops_the_others(tmp_path: Path) -> None:
     command = [
         str(TORCHRUN),

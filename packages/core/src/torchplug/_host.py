@@ -40,7 +40,7 @@ from torchplug._discovery import (
 )
 from torchplug._errors import PluginError, PluginLoadError, PluginTimeoutError
 from torchplug._registry import KINDS, RUNTIME, Registry
-from torchplug._settings import TIMEOUT, PluginSettings
+from torchplug._settings import BLOCK, PLUGINS, TIMEOUT, PluginSettings
 
 if TYPE_CHECKING:
     from torchplug.accelerators.accelerator import Accelerator
@@ -322,9 +322,10 @@ class PluginHost:
         self._run_inline(builtin, lambda: importlib.import_module(BUILTIN_MODULE))
         found = scan(version)
         self._records.extend(found)
-        matched_requests = self._apply_settings(found, settings)
+        matched_requests, matched_blocks = self._apply_settings(found, settings)
         unmatched = [name for name in settings.requested if name not in matched_requests]
         self._records.extend(_unmatched_record(name, found) for name in unmatched)
+        _warn_unmatched(unmatched, [n for n in settings.blocked if n not in matched_blocks], found, settings)
         pending = [r for r in self._records if r.state == "pending"]
         calls = [(self._plugin_call(record), record.key) for record in pending]
         for record, outcome in zip(pending, run_each(calls, settings.timeout)):
@@ -334,23 +335,26 @@ class PluginHost:
         if settings.strict:
             self._check_strict()
 
-    def _apply_settings(self, records: list[PluginRecord], settings: PluginSettings) -> set[str]:
+    def _apply_settings(self, records: list[PluginRecord], settings: PluginSettings) -> tuple[set[str], set[str]]:
+        """Mark blocked and disabled plugins; return the requested and the blocked names some plugin answered to."""
         # Names match in any spelling of a distribution or entry point, and module paths as written.
-        blocked = {_canon(n) for n in settings.blocked} | set(settings.blocked)
+        blocked = {_canon(n): n for n in settings.blocked} | {n: n for n in settings.blocked}
         requested = {_canon(n): n for n in settings.requested} | {n: n for n in settings.requested}
         matched: set[str] = set()
+        matched_blocks: set[str] = set()
         for record in records:
             # An entry point answers to its own name, its distribution's, and its module's.
             names = {_canon(record.name), _canon(record.distribution or ""), record.value.partition(":")[0]}
             matched.update(requested[n] for n in names & requested.keys())
+            matched_blocks.update(blocked[n] for n in names & blocked.keys())
             if record.state not in ("pending", "incompatible"):
                 continue  # shadowed copies stay shadowed
-            if names & blocked:
+            if names & blocked.keys():
                 record.state, record.reason = "blocked", "named in TORCHPLUG_BLOCK_PLUGINS"
             elif not settings.autoload and not names & requested.keys():
                 record.state = "disabled"
                 record.reason = "TORCHPLUG_DISABLE_PLUGIN_AUTOLOAD=1 and not named in TORCHPLUG_PLUGINS"
-        return matched
+        return matched, matched_blocks
 
     def _run_inline(self, record: PluginRecord, obtain: Callable[[], object]) -> None:
         """Load one plugin in this thread, without a deadline (the core's built-ins)."""
@@ -485,6 +489,30 @@ def _hook_call(impl: pluggy.HookImpl, kwargs: dict[str, Any]) -> Callable[[Ticke
         return impl.function(*[kwargs[a] for a in impl.argnames])
 
     return call
+
+
+def _warn_unmatched(
+    requested: list[str], blocked: list[str], found: list[PluginRecord], settings: PluginSettings
+) -> None:
+    """Say which names of ``TORCHPLUG_PLUGINS`` and ``TORCHPLUG_BLOCK_PLUGINS`` no installed plugin answers to.
+
+    A warning, not an error: a blocked name may be a plugin of another machine, and a requested one
+    is recorded as a broken plugin (``core plugins list`` shows it; ``TORCHPLUG_STRICT_PLUGINS=1`` raises).
+    """
+    from torchplug.utilities.warn import warn_once
+
+    installed = ", ".join(sorted({r.name for r in found} | {r.distribution for r in found if r.distribution}))
+    for variable, given, names in (
+        (PLUGINS, settings.requested, [] if settings.strict else requested),
+        (BLOCK, settings.blocked, blocked),
+    ):
+        if names:
+            warn_once(
+                f"{variable}={','.join(given)!r} names {', '.join(map(repr, names))}, which no installed plugin "
+                f"answers to (entry-point, distribution or module name); it is ignored. Installed plugins: "
+                f"{installed or '(none)'}. Hint: correct the name, or remove it if that plugin is not meant for "
+                "this machine."
+            )
 
 
 def _unmatched_record(name: str, found: list[PluginRecord]) -> PluginRecord:

@@ -69,8 +69,8 @@ BASE_CLASSES: Final[dict[str, str]] = {
     "logger": "torchplug.loggers.logger:Logger",
 }
 
-_NAME_RE: Final = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.+-]*$")
-_TARGET_RE: Final = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+_TARGET_RE: Final = re.compile(r"[A-Za-z_][\w.]*:[A-Za-z_][\w.]*")
 
 #: The base class of a registry's kind; ``Any`` for a registry whose kind a type checker cannot see.
 _T = TypeVar("_T", default=Any)
@@ -629,7 +629,7 @@ def _split(name: str) -> tuple[str, str | None]:
 def _check_name(name: object, what: str) -> str:
     if not isinstance(name, str):
         raise TypeError(f"Registry {what}s are strings, got {name!r}")
-    if not _NAME_RE.match(name):
+    if not _NAME_RE.fullmatch(name):
         raise ValueError(
             f"Invalid registry {what} {name!r}: use letters, digits and '_', '-', '.', '+' (for example 'my_xpu')."
         )
@@ -639,6 +639,6 @@ def _check_name(name: object, what: str) -> str:
 def _check_target(target: object) -> str | type[Any]:
     if isinstance(target, type):
         return target
-    if isinstance(target, str) and _TARGET_RE.match(target):
+    if isinstance(target, str) and _TARGET_RE.fullmatch(target):
         return target
     raise TypeError(f"Registry targets are 'module:Class' paths or classes, got {target!r}")

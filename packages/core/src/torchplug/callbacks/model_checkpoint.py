@@ -35,6 +35,7 @@ from torchplug.callbacks.callback import Callback
 from torchplug.trainer.emergency import announce_checkpoint, save_emergency_checkpoint
 from torchplug.trainer.states import TrainerFn
 from torchplug.utilities.rank_zero import log, rank_zero_warn
+from torchplug.utilities.writable import refuse_unwritable
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -282,6 +283,8 @@ class ModelCheckpoint(Callback):
         if stage == "fit":
             self._validated = False
             self._refuse_a_file_for_dirpath()
+            assert self.dirpath is not None
+            refuse_unwritable(self.dirpath, f"ModelCheckpoint(dirpath={self.dirpath!r})", trainer.strategy)
 
     def _refuse_a_file_for_dirpath(self) -> None:
         from fsspec.core import url_to_fs

@@ -8,6 +8,8 @@ import os
 import sys
 from typing import Any, Final
 
+from torchplug.utilities.printable import printable
+
 __all__ = ["add_parser"]
 
 FORMATS: Final = """formats:
@@ -109,13 +111,13 @@ def _consolidate(args: argparse.Namespace) -> int:
 
     problem = _output_problem(args.path, args.output, args.overwrite)
     if problem is not None:
-        print(f"core checkpoint consolidate: error: {problem}", file=sys.stderr)
+        print(f"core checkpoint consolidate: error: {printable(problem)}", file=sys.stderr)
         return 2
     try:
         written = consolidate_checkpoint(args.path, args.output, weights_only=args.weights_only)
     except Exception as exc:
         return _fail("consolidate", exc)
-    print(f"consolidated {args.path} -> {written}")
+    print(printable(f"consolidated {args.path} -> {written}"))
     return 0
 
 
@@ -148,7 +150,7 @@ def _same(first: str, second: str, local: bool) -> bool:
 def _fail(command: str, exc: Exception) -> int:
     from torchplug._errors import CheckpointLoadError, MisconfigurationError
 
-    print(f"core checkpoint {command}: error: {type(exc).__name__}: {exc}", file=sys.stderr)
+    print(f"core checkpoint {command}: error: {type(exc).__name__}: {printable(exc)}", file=sys.stderr)
     return 2 if isinstance(exc, (FileNotFoundError, MisconfigurationError, CheckpointLoadError)) else 1
 
 
@@ -188,7 +190,7 @@ def _text(summary: dict[str, Any], all_tensors: bool) -> str:
         lines.append(f"callbacks    {', '.join(summary['callbacks'])}")
     if summary["hyper_parameters"]:
         lines.append(f"hparams      {json.dumps(summary['hyper_parameters'], sort_keys=True)}")
-    return "\n".join(lines)
+    return "\n".join(printable(line) for line in lines)
 
 
 def _bytes(size: int | None) -> str:

@@ -19,6 +19,7 @@ from typing import Any, Final
 from torchplug._host import PluginHost
 from torchplug._listing import Listing, collect
 from torchplug.utilities.imports import distribution_version
+from torchplug.utilities.printable import printable
 
 __all__ = ["SCHEMA_VERSION", "add_parser", "collect_report", "format_report"]
 
@@ -210,10 +211,11 @@ def format_report(report: dict[str, Any]) -> str:
 
 
 def _section(title: str, lines: list[str]) -> str:
-    return title + "\n" + "".join(f"  {line}\n" for line in lines)
+    return title + "\n" + "".join(f"  {printable(line)}\n" for line in lines)
 
 
 def _columns(rows: list[list[str]]) -> list[str]:
+    rows = [[printable(cell) for cell in row] for row in rows]
     widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
     return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths)).rstrip() for row in rows]
 

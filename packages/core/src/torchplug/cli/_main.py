@@ -8,6 +8,7 @@ from collections.abc import Sequence
 from typing import Final
 
 from torchplug._errors import PluginError, SettingsError
+from torchplug.utilities.printable import printable
 
 __all__ = ["EXIT_CODES", "TRAINING_COMMANDS", "main"]
 
@@ -68,10 +69,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return int(args.handler(args))
     except SettingsError as exc:
-        print(f"core: error: {exc}", file=sys.stderr)
+        print(f"core: error: {printable(exc)}", file=sys.stderr)
         return 2
     except PluginError as exc:
-        print(f"core: error: {exc}", file=sys.stderr)
+        print(f"core: error: {printable(exc)}", file=sys.stderr)
         return 1
     except BrokenPipeError:  # `core plugins list | head` closed the pipe: not an error
         sys.stderr.close()

@@ -26,6 +26,8 @@ import yaml
 from jsonargparse import ArgumentParser, DefaultHelpFormatter
 from typing_extensions import override
 
+from torchplug.utilities.printable import printable_lines
+
 __all__ = [
     "HelpFormatter",
     "ParseContext",
@@ -166,7 +168,8 @@ class Parser(ArgumentParser):
         parser = getattr(ex, "subcommand_parser", None) or self
         context = _CURRENT.get() or ParseContext(self.display_prog or self.prog, (), self)
         prog = getattr(parser, "display_prog", None) or context.prog
-        sys.stderr.write(f"{prog}: error: {readable(message, context.args, parser)}\nSee: {prog} --help\n")
+        text = "\n".join(printable_lines(readable(message, context.args, parser)))  # config values are shown escaped
+        sys.stderr.write(f"{prog}: error: {text}\nSee: {prog} --help\n")
         raise SystemExit(2)
 
 
@@ -493,21 +496,52 @@ def config_paths(args: Sequence[str]) -> Iterator[tuple[int, str]]:
             yield index + 1, arg.partition("=")[2]
 
 
+class DuplicateKeyError(yaml.YAMLError):  # type: ignore[misc]  # yaml is untyped
+    """A YAML mapping gives one key twice (YAML's own loaders keep the last value without a word)."""
+
+
+class _StrictLoader(yaml.SafeLoader):  # type: ignore[misc]  # yaml is untyped
+    """``yaml.SafeLoader`` that refuses a key given twice in one mapping, naming it and both lines."""
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=True)
+            line = key_node.start_mark.line + 1
+            if isinstance(key, str | int | float | bool) and key in seen:
+                raise DuplicateKeyError(
+                    f"the key {key!r} is given twice in one mapping (line {seen[key]} and line {line}); "
+                    "YAML would keep the last value without a word. Hint: keep one of them."
+                )
+            if isinstance(key, str | int | float | bool):
+                seen[key] = line
+        mapping: dict[Any, Any] = super().construct_mapping(node, deep=deep)
+        return mapping
+
+
+#: The sections of a config file that can only be mappings of options (the others may hold a class path).
+_MAPPING_SECTIONS: Final = ("trainer",)
+
+
 def _load_yaml(path: str) -> Any:
     with open(path, encoding="utf-8") as file:
-        return yaml.safe_load(file)
+        return yaml.load(file, Loader=_StrictLoader)  # a SafeLoader: plain data only
 
 
 def check_config_files(args: Sequence[str]) -> str | None:
-    """The first ``--config`` file that exists but is not a YAML mapping, as an error message (None: all fine).
+    """The first ``--config`` file that cannot be a configuration, as an error message (None: all fine).
 
-    Missing files are left to jsonargparse, whose message says so.
+    Refused: a file that is not YAML, one whose mappings give a key twice, one that is not a mapping
+    of options, and one whose ``trainer`` section is not a mapping. Missing files are left to
+    jsonargparse, whose message says so.
     """
     for _, path in config_paths(args):
         if not os.path.isfile(path):
             continue
         try:
             data = _load_yaml(path)
+        except DuplicateKeyError as exc:
+            return f"--config {path}: {exc}"
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             detail = " ".join(str(exc).split())
             return f"--config {path}: cannot read this file as YAML: {detail}"
@@ -516,6 +550,25 @@ def check_config_files(args: Sequence[str]) -> str | None:
                 f"--config {path}: expected a mapping of options (trainer:, model:, data:, ...), "
                 f"got a {type(data).__name__}. Hint: core fit --print_config shows the expected shape."
             )
+        problem = _section_problem(data or {})
+        if problem is not None:
+            return f"--config {path}: {problem}"
+    return None
+
+
+def _section_problem(data: dict[str, Any]) -> str | None:
+    """Why a section that holds options (``trainer:``, also under a subcommand's key) is not a mapping, or None."""
+    for scope in (data, *(v for k, v in data.items() if k in ("fit", "validate", "test", "predict"))):
+        if not isinstance(scope, dict):
+            continue
+        for section in _MAPPING_SECTIONS:
+            value = scope.get(section)
+            if value is not None and not isinstance(value, dict):
+                return (
+                    f"the '{section}' section holds {value!r} ({type(value).__name__}), not a mapping of options. "
+                    f"Hint: write it as '{section}:' followed by indented 'option: value' lines, for example "
+                    f"'{section}: {{max_epochs: 3}}'."
+                )
     return None
 
 

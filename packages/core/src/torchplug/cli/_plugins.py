@@ -15,6 +15,7 @@ from torchplug._host import PluginHost
 from torchplug._listing import ENTRY_STATUSES, SCHEMA_VERSION, EntryReport, Listing, collect
 from torchplug._registry import KINDS
 from torchplug._settings import ENV_VARS, PluginSettings
+from torchplug.utilities.printable import printable, printable_lines
 
 __all__ = ["add_parser"]
 
@@ -125,7 +126,7 @@ def _print_table(listing: Listing, verbose: bool, check: bool) -> None:
     for report, row in zip(listing.entries, rows):
         out.write(_line(row, widths, total) + "\n")
         if report.reason and (report.status != "ok" or report.detected is not None):
-            out.write(f"    -> {report.reason}\n")
+            out.write(f"    -> {printable(report.reason)}\n")
     _print_plugins(listing, verbose)
 
 
@@ -144,7 +145,7 @@ def _row(report: EntryReport, verbose: bool, check: bool) -> list[str]:
     if check:
         count = (report.check or {}).get("device_count")
         row.insert(5, "-" if count is None else str(count))
-    return row
+    return [printable(cell) for cell in row]
 
 
 def _line(cells: list[str], widths: list[int], total: int) -> str:
@@ -162,11 +163,11 @@ def _print_plugins(listing: Listing, verbose: bool) -> None:
         origin = f"{record.distribution}=={record.version}" if record.distribution else "TORCHPLUG_PLUGINS"
         detail = f" ({record.load_seconds * 1000:.1f} ms, {record.value})" if verbose else ""
         detail += " (imported torch)" if record.imports_torch else ""
-        out.write(f"  {record.name:<16} {record.state:<12} {origin}{detail}\n")
+        out.write(f"  {printable(record.name):<16} {record.state:<12} {printable(origin + detail)}\n")
         if record.reason:
-            out.write(f"    -> {record.reason}\n")
+            out.write(f"    -> {printable(record.reason)}\n")
         if verbose and record.traceback:
-            out.write("".join(f"       {line}\n" for line in record.traceback.rstrip().splitlines()))
+            out.write(_traceback(record.traceback, "       "))
     if not verbose:
         out.write("Run with -v for tracebacks and load times.\n")
 
@@ -179,11 +180,16 @@ def _flag_torch_importers(listing: Listing, out: TextIO) -> None:
     out.write("\nPlugins that imported torch while listing (a plugin module must not):\n")
     for record in records:
         origin = f"{record.distribution}=={record.version}" if record.distribution else record.value
-        out.write(f"  {record.name:<16} {origin}  loading it took {record.load_seconds:.2f} s\n")
+        out.write(f"  {printable(record.name):<16} {printable(origin)}  loading it took {record.load_seconds:.2f} s\n")
     out.write(
         "    -> Hint: register 'module:Class' paths and import torch only in those modules, "
         "so that listing stays fast.\n"
     )
+
+
+def _traceback(text: str, indent: str) -> str:
+    """A plugin's traceback, one escaped line behind a ``|`` gutter each: none of its lines can pass for ours."""
+    return "".join(f"{indent}| {line}\n" for line in printable_lines(text.rstrip()))
 
 
 def _show(args: argparse.Namespace) -> int:
@@ -203,7 +209,7 @@ def _show(args: argparse.Namespace) -> int:
     if not matches and not records:
         known = sorted({r.entry.name for r in listing.entries})
         print(
-            f"core: error: no plugin or registered name {args.name!r}. Installed names: {', '.join(known)}. "
+            f"core: error: no plugin or registered name {args.name!r}. Installed names: {printable(', '.join(known))}. "
             "Hint: core plugins list",
             file=sys.stderr,
         )
@@ -235,7 +241,7 @@ def _print_detail(data: dict[str, Any]) -> None:
     out = sys.stdout
     for entry in data["entries"]:
         provider = entry["provider"]
-        out.write(f"{entry['kind']} {entry['name']!r}\n")
+        out.write(f"{entry['kind']} {printable(repr(entry['name']))}\n")
         rows = [
             ("status", entry["status"] + (f" ({entry['reason']})" if entry["reason"] else "")),
             (
@@ -254,14 +260,15 @@ def _print_detail(data: dict[str, Any]) -> None:
         if check.get("device_count") is not None:
             rows.append(("devices", str(check["device_count"])))
         for label, value in rows:
-            out.write(f"  {label:<12} {value}\n")
+            out.write(f"  {label:<12} {printable(value)}\n")
         out.write("\n")
     for record in data["plugins"]:
-        out.write(f"plugin {record['name']!r} from {record['distribution']} {record['version']}: {record['state']}\n")
+        origin = printable(f"{record['name']!r} from {record['distribution']} {record['version']}")
+        out.write(f"plugin {origin}: {record['state']}\n")
         for label in ("module", "location", "requires_core", "reason", "load_ms"):
-            out.write(f"  {label:<13} {record[label]}\n")
+            out.write(f"  {label:<13} {printable(record[label])}\n")
         if record.get("traceback"):
-            out.write("".join(f"    {line}\n" for line in record["traceback"].rstrip().splitlines()))
+            out.write(_traceback(record["traceback"], "    "))
         out.write("\n")
 
 
@@ -374,7 +381,7 @@ def _verify(args: argparse.Namespace) -> int:
         nonlocal width
         width = name_width(report.subject.kind)
         if not args.json:
-            out.write(f"{report.header()}\n\n{table_header(width)}\n")
+            out.write(f"{printable(report.header())}\n\n{table_header(width)}\n")
 
     def progress(result: Any) -> None:
         if not args.json:
@@ -385,7 +392,7 @@ def _verify(args: argparse.Namespace) -> int:
     try:
         problem = _accelerator_problem(args, host)
         if problem is not None:
-            print(f"core: error: {problem}", file=sys.stderr)
+            print(f"core: error: {printable(problem)}", file=sys.stderr)
             return 2
         report = verify(
             args.name,
@@ -399,11 +406,11 @@ def _verify(args: argparse.Namespace) -> int:
             progress=progress,
         )
     except UsageError as exc:
-        print(f"core: error: {exc}", file=sys.stderr)
+        print(f"core: error: {printable(exc)}", file=sys.stderr)
         return 2
     if args.json:
         json.dump(report.as_dict(), out, indent=2)
         out.write("\n")
     else:
-        out.write(f"\n{report.summary()}\n")
+        out.write(f"\n{printable(report.summary())}\n")
     return 0 if report.conforms else 1

@@ -29,7 +29,6 @@ import os
 import re
 import sys
 import sysconfig
-import tempfile
 import time
 import traceback
 import warnings
@@ -61,7 +60,9 @@ from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
 from torchplug.loggers.logger import Logger
 from torchplug.trainer.trainer import Trainer
+from torchplug.utilities.printable import printable
 from torchplug.utilities.seed import seed_everything
+from torchplug.utilities.writable import unwritable
 
 __all__ = ["EXIT_CODES", "SUBCOMMANDS", "TrainerCLI", "run_command"]
 
@@ -466,7 +467,7 @@ class TrainerCLI:
                 return
         except PluginError as exc:
             hint = "" if "Hint:" in str(exc) else " Hint: core plugins list shows every installed name."
-            self._error(f"{option}: {exc}{hint}")
+            self._error(f"{option}: {printable(exc)}{hint}")
         names = sorted({n for kind in kinds for n in host.registry(kind).names()})
         close = difflib.get_close_matches(name.lower(), names, n=3, cutoff=0.6)
         maybe = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
@@ -483,7 +484,7 @@ class TrainerCLI:
         try:  # True: a random seed, or the one a parent process exported (so every DDP rank agrees)
             self.seed = seed_everything(None if value is True else value, workers=True)
         except ValueError as exc:
-            self._error(f"--seed_everything: {exc}")
+            self._error(f"--seed_everything: {printable(exc)}")
         config.seed_everything = self.seed
 
     # -- running ------------------------------------------------------------------------------
@@ -509,7 +510,7 @@ class TrainerCLI:
         if self.subcommand != "fit":
             return
         root = self.trainer.default_root_dir
-        problem = _unwritable(root)
+        problem = unwritable(root)
         if problem is not None:
             self._error(
                 f"--trainer.default_root_dir={root}: logs and checkpoints cannot be written there ({problem}). "
@@ -533,7 +534,7 @@ class TrainerCLI:
         try:
             return self.trainer_class(**kwargs)
         except (MisconfigurationError, PluginError) as exc:
-            self._error(_with_option(str(exc)))
+            self._error(_with_option(printable(exc)))
 
     def _dump(self) -> str:
         parser = self._subcommand_parser_of(self.subcommand)
@@ -552,9 +553,9 @@ class TrainerCLI:
                 self._tune(_tune_items(config.tune))
             result = method(self.model, datamodule=self.datamodule, ckpt_path=config.get("ckpt_path"))
         except MisconfigurationError as exc:  # arguments that do not fit together, found while running
-            self._error(_with_option(str(exc)))
+            self._error(_with_option(printable(exc)))
         except CheckpointLoadError as exc:  # --ckpt_path names a file that is not a whole checkpoint
-            self._error(f"--ckpt_path={config.get('ckpt_path')}: {exc}")
+            self._error(f"--ckpt_path={config.get('ckpt_path')}: {printable(exc)}")
         if self.subcommand == "fit":
             _print_fit_summary(self.trainer, time.perf_counter() - start)
         elif self.subcommand == "predict":
@@ -636,20 +637,6 @@ def _exists(path: str) -> bool:
         return True
 
 
-def _unwritable(root: str) -> str | None:
-    """Why files cannot be written under the local directory ``root`` (created if missing), or None."""
-    if "://" in root and not root.startswith("file://"):
-        return None  # a remote store: the first write reports its own error
-    directory = root.removeprefix("file://")
-    try:
-        os.makedirs(directory, exist_ok=True)
-        with tempfile.TemporaryFile(dir=directory):
-            pass
-    except OSError as exc:
-        return f"{type(exc).__name__}: {exc.strerror or exc}"
-    return None
-
-
 def _construction_error(exc: BaseException, trainer: Namespace | None = None) -> str:
     """One readable line for an error raised while building the model, the data or a callback, with its frame.
 
@@ -674,7 +661,7 @@ def _construction_error(exc: BaseException, trainer: Namespace | None = None) ->
 def _described(owner: str, error: BaseException, frame: traceback.FrameSummary | None) -> str:
     where = f'\n  File "{frame.filename}", line {frame.lineno}, in {frame.name}' if frame is not None else ""
     code = f"\n    {frame.line}" if frame is not None and frame.line else ""
-    return f"{owner} raised {type(error).__name__}: {error}{where}{code}"
+    return f"{owner} raised {type(error).__name__}: {printable(error)}{where}{code}"
 
 
 def _trainer_class_error(trainer: Namespace) -> str | None:
@@ -781,7 +768,7 @@ def run_command(argv: Sequence[str], prog: str = "core") -> int:
     except PluginLoadError:
         pass  # TORCHPLUG_STRICT_PLUGINS=1: raised as a usage error where a name is used
     except SettingsError as exc:
-        print(f"{' '.join([prog, *argv[:1]])}: error: {exc}", file=sys.stderr)
+        print(f"{' '.join([prog, *argv[:1]])}: error: {printable(exc)}", file=sys.stderr)
         return 2
     cwd = os.getcwd()
     if cwd not in sys.path:

@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Final, cast
 
-from torchplug._errors import MisconfigurationError, PluginError
+from torchplug._errors import MisconfigurationError, PluginError, SettingsError
 from torchplug.environments.cluster_environment import ClusterEnvironment
 from torchplug.utilities.env_vars import NAME_PATTERN, env_list
 
@@ -111,7 +111,7 @@ def select_cluster_environment(registry: Registry, environ: Mapping[str, str] | 
         return _forced(registry, forced)
     skip = {name.lower() for name in env_list(SKIP_CLUSTER_ENVIRONMENTS_VAR, environ=env)}
     trace: list[str] = []
-    candidates = _candidates(registry, skip, trace)
+    candidates = _candidates(registry, skip, trace, env.get(SKIP_CLUSTER_ENVIRONMENTS_VAR, ""))
     for candidate in candidates:
         detected, line = _ask(candidate)
         trace.append(line)
@@ -159,7 +159,7 @@ def _forced_call(entry: RegistryEntry) -> Callable[[Ticket], str | None]:
     return call
 
 
-def _candidates(registry: Registry, skip: set[str], trace: list[str]) -> list[_Candidate]:
+def _candidates(registry: Registry, skip: set[str], trace: list[str], given: str) -> list[_Candidate]:
     """Each registered name's winning entry, loaded, sorted by priority (highest first), then name.
 
     Skipped names are not even imported. Ambiguous, skipped and broken names go to ``trace``.
@@ -180,9 +180,30 @@ def _candidates(registry: Registry, skip: set[str], trace: list[str]) -> list[_C
             trace.append(f"{name}: skipped ({SKIP_CLUSTER_ENVIRONMENTS_VAR})")
         else:
             chosen.append((name, entry))
+    _refuse_unknown_skips(skip - known, known, given)
     found = _load_each(chosen, trace)
-    trace += [f"{name}: not registered (named in {SKIP_CLUSTER_ENVIRONMENTS_VAR})" for name in sorted(skip - known)]
+    trace += [f"{name}: not installed (named in {SKIP_CLUSTER_ENVIRONMENTS_VAR})" for name in sorted(skip - known)]
     return sorted(found, key=lambda c: (-c.priority, c.name))
+
+
+def _refuse_unknown_skips(unregistered: set[str], known: set[str], given: str) -> None:
+    """A skipped name that no package of torchplug's provides is a typo: refused, with the names there are.
+
+    The name of a first-party environment whose package is not installed here (``slurm`` without
+    env-slurm) is accepted: one job script may serve machines with and without it.
+    """
+    from torchplug._install_hints import INSTALL_HINTS
+
+    first_party = INSTALL_HINTS["cluster_environment"]
+    unknown = sorted(unregistered - first_party.keys())
+    if unknown:
+        elsewhere = sorted(first_party.keys() - known)
+        raise SettingsError(
+            f"{SKIP_CLUSTER_ENVIRONMENTS_VAR}={given!r} names {', '.join(map(repr, unknown))}, which is no cluster "
+            f"environment. Registered here: {', '.join(sorted(known))}"
+            + (f"; from packages not installed here: {', '.join(elsewhere)}" if elsewhere else "")
+            + ". Hint: correct the name or remove it."
+        )
 
 
 def _load_each(chosen: list[tuple[str, RegistryEntry]], trace: list[str]) -> list[_Candidate]:

@@ -44,8 +44,12 @@ class LocalEnvironment(ClusterEnvironment):
     @property
     @override
     def creates_processes_externally(self) -> bool:
-        """True when ``LOCAL_RANK`` is set, meaning the processes were started by someone else."""
-        return "LOCAL_RANK" in os.environ
+        """True when ``LOCAL_RANK`` is set, meaning the processes were started by someone else.
+
+        Raises:
+            SettingsError: ``LOCAL_RANK`` is set to something other than a rank (an integer >= 0).
+        """
+        return env_int("LOCAL_RANK", None, minimum=0) is not None
 
     @property
     @override

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Final, Literal
 
 from torchplug._registry import KINDS
+from torchplug.utilities.printable import printable
 
 if TYPE_CHECKING:
     from torchplug.testing._context import Context
@@ -192,7 +193,8 @@ def run_check(item: Check, context: Context, known_failure: str | None = None) -
     except AssertionError as exc:
         outcome, message = "failed", str(exc) or f"{item.name} failed"
     except Exception as exc:  # plugin code raised: that is the finding, with where it came from
-        outcome, message = "failed", f"{type(exc).__name__}: {exc}"
+        # The plugin's own text stays on the check's one line: its newlines cannot start lines of the report.
+        outcome, message = "failed", f"{type(exc).__name__}: {printable(exc)}"
         trace = "".join(traceback.format_exception(exc))
     finally:
         seconds = time.perf_counter() - start

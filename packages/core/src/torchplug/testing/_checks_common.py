@@ -10,6 +10,7 @@ from typing import Any, Final
 from torchplug._registry import BASE_CLASSES, KINDS
 from torchplug.testing._check import CheckFailed, CheckSkipped, check
 from torchplug.testing._context import Context
+from torchplug.utilities.printable import printable
 
 #: Top-level modules that listing plugins may import besides the standard library and the plugin's own package.
 LISTING_ALLOWED: Final = frozenset(
@@ -74,7 +75,7 @@ def listing_is_light(context: Context) -> str:
     status = report["status"]
     if status in (None, "broken"):
         problems.append(
-            f"the listing shows {context.subject.entry.name!r} as {status or 'missing'}: {report['reason']}"
+            f"the listing shows {context.subject.entry.name!r} as {status or 'missing'}: {printable(report['reason'])}"
         )
     if problems:
         raise CheckFailed(f"listing the plugins with {plugin or 'the core'} loaded: {'; '.join(problems)}")

@@ -11,6 +11,7 @@ from typing import Any, Final
 from torchplug._host import PluginHost
 from torchplug.testing._check import OUTCOMES, Check, CheckResult, checks_for, run_check
 from torchplug.testing._context import Context, Subject, UsageError
+from torchplug.utilities.printable import printable, printable_lines
 
 __all__ = ["Report", "check_names", "format_result", "name_width", "table_header", "verify"]
 
@@ -80,9 +81,9 @@ class Report:
     def format(self, verbose: bool = False) -> str:
         """The report as text: a line per check (check, result, time, detail), the fix under each failure."""
         width = name_width(self.subject.kind)
-        lines = [self.header(), "", table_header(width)]
+        lines = [printable(self.header()), "", table_header(width)]
         lines += [format_result(result, width, verbose) for result in self.results]
-        lines += ["", self.summary()]
+        lines += ["", printable(self.summary())]
         return "\n".join(lines)
 
 
@@ -98,14 +99,14 @@ def table_header(width: int) -> str:
 
 def format_result(result: CheckResult, width: int, verbose: bool = False) -> str:
     """One check's lines of the report: check, result, time and detail, then the fix (and traceback) when failed."""
-    message = result.message.splitlines() or [""]
+    message = printable_lines(result.message) or [""]
     indent = " " * (width + 4)
     lines = [f"{result.check.name:<{width}}  {_LABELS[result.outcome]:<16}  {result.seconds:>6.2f}s  {message[0]}"]
     lines += [f"{indent}{line}" for line in message[1:]]
     if result.fix:
-        lines.append(f"{indent}fix: {result.fix}")
+        lines.append(f"{indent}fix: {printable(result.fix)}")
     if verbose and result.traceback:
-        lines += [f"{indent}{line}" for line in result.traceback.rstrip().splitlines()]
+        lines += [f"{indent}| {line}" for line in printable_lines(result.traceback.rstrip())]
     return "\n".join(lines)
 
 

@@ -8,6 +8,7 @@ import torch
 
 from torchplug.loggers.logger import Logger
 from torchplug.trainer.metrics import MetricStore
+from torchplug.utilities.writable import refuse_unwritable
 
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
@@ -126,6 +127,17 @@ class LoggerConnector:
             self._trainer.strategy.checkpoint_io.flush()
         for logger in self.loggers:
             logger.finalize(status)
+
+    def refuse_unwritable_dirs(self) -> None:
+        """Stop the run on every process when rank 0, which writes the logs, cannot write a logger's ``save_dir``.
+
+        Called when the run starts, before anything asks a logger for its version directory.
+        """
+        trainer = self._trainer
+        for logger in trainer.loggers:
+            if logger.save_dir:
+                what = f"{type(logger).__name__}(save_dir={logger.save_dir!r})"
+                refuse_unwritable(logger.save_dir, what, trainer.strategy)
 
     def agree_on_log_dir(self) -> None:
         """Give every process rank 0's logger versions (only rank 0 knows the next free version directory)."""

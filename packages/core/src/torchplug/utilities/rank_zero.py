@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import warnings
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -37,13 +36,13 @@ _show_info_messages()
 
 
 def _rank() -> int:
-    # The launchers and schedulers export one of these before our code runs in a worker.
+    """The first rank a launcher or scheduler exported; a value that is not a rank is refused, naming it."""
+    from torchplug.utilities.env_vars import env_int
+
     for key in ("RANK", "SLURM_PROCID", "JSM_NAMESPACE_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK"):
-        if key in os.environ:
-            try:
-                return int(os.environ[key])
-            except ValueError:
-                continue
+        rank = env_int(key, None, minimum=0)
+        if rank is not None:
+            return rank
     return 0
 
 

@@ -56,7 +56,9 @@ def seed_everything(seed: int | None = None, workers: bool = False, verbose: boo
 
 def workers_seeded() -> bool:
     """Whether :func:`seed_everything` was asked to seed dataloader workers (``workers=True``)."""
-    return os.environ.get("TORCHPLUG_SEED_WORKERS", "0") == "1"
+    from torchplug.utilities.env_vars import env_bool
+
+    return env_bool("TORCHPLUG_SEED_WORKERS", False)
 
 
 def worker_init_function(worker_id: int, rank: int | None = None) -> None:

@@ -32,6 +32,23 @@ def exit_code(signum: int) -> int:
     return 128 + int(signum)
 
 
+def describe_exit(rank: int, pid: int, code: int | None) -> str:
+    """How one local rank ended, as every launcher says it: ``Local rank 1 (pid 4242) was killed by signal 9``.
+
+    Args:
+        rank: The local rank of the process.
+        pid: Its process id.
+        code: Its exit code (negative: the signal that killed it); None or 0 for a rank that failed
+            without exiting yet (it left a note of its error).
+    """
+    if code in (None, 0):
+        how = "failed"
+    else:
+        assert code is not None
+        how = f"was killed by signal {-code}" if code < 0 else f"exited with code {code}"
+    return f"Local rank {rank} (pid {pid}) {how}"
+
+
 def is_signal_exit(code: int | None) -> bool:
     """Whether a child's exit code is that of a stop by SIGINT or SIGTERM (130, 143, or killed by one)."""
     return code in (130, 143, -2, -15)

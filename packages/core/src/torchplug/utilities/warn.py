@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import os
 import sys
 import warnings
 
+from torchplug.utilities.env_vars import env_int
 from torchplug.utilities.rank_zero import rank_zero_only
 
 __all__ = ["reset_warned", "warn_once"]
@@ -21,7 +21,7 @@ def warn_once(message: str, category: type[Warning] = UserWarning) -> None:
     A process whose ``LOCAL_RANK`` is not 0 (a rank a launcher started, before the strategy knows
     its global rank) is not rank 0 either.
     """
-    if message in _WARNED or not rank_zero_only.is_zero() or os.environ.get("LOCAL_RANK", "0") != "0":
+    if message in _WARNED or not rank_zero_only.is_zero() or env_int("LOCAL_RANK", 0, minimum=0) != 0:
         return
     _WARNED.add(message)
     warnings.warn(message, category, stacklevel=_outside_torchplug())

@@ -32,7 +32,14 @@ from torchplug.strategies.launcher import Launcher
 from torchplug.utilities.distributed import explain_stall
 from torchplug.utilities.rank_zero import log
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
-from torchplug.utilities.shutdown import exit_code, is_signal_exit, kill_children_now, off_kill, on_kill
+from torchplug.utilities.shutdown import (
+    describe_exit,
+    exit_code,
+    is_signal_exit,
+    kill_children_now,
+    off_kill,
+    on_kill,
+)
 
 if TYPE_CHECKING:
     from torchplug.strategies.parallel import ParallelStrategy
@@ -121,7 +128,11 @@ def _join(context: Any) -> None:
             pass
     except ProcessExitedException as exc:
         if forwarder.signum is None or not is_signal_exit(exc.exit_code):
-            raise
+            # Worded as the ddp launcher words it: torch's join has already stopped the other workers.
+            # Without torch's exception chained: it says the same (rank, signal) with a traceback of
+            # torch's own join loop, which is all a user would see of it.
+            failure = describe_exit(exc.error_index, exc.error_pid, exc.exit_code)
+            raise ChildProcessError(f"{failure}; the other ranks were stopped.") from None
         raise _interrupted(forwarder.signum) from None
     finally:
         forwarder.uninstall()

@@ -26,7 +26,7 @@ from torchplug.strategies.launcher import Launcher
 from torchplug.utilities.distributed import explain_stall
 from torchplug.utilities.env_vars import env_float, env_int
 from torchplug.utilities.rank_zero import log
-from torchplug.utilities.shutdown import is_signal_exit, on_kill, stopping
+from torchplug.utilities.shutdown import describe_exit, is_signal_exit, on_kill, stopping
 
 __all__ = ["FAILURE_TIMEOUT_ENV", "SubprocessScriptLauncher"]
 
@@ -115,12 +115,7 @@ class _Children:
                     note = self._note(rank) if read_notes or code not in (None, 0) else None
                     if code in (None, 0) and note is None:
                         continue
-                    how = (
-                        "failed"
-                        if code in (None, 0)
-                        else (f"was killed by signal {-code}" if code < 0 else f"exited with code {code}")
-                    )
-                    self.failure = f"Local rank {rank} (pid {proc.pid}) {how}; the other ranks were stopped."
+                    self.failure = f"{describe_exit(rank, proc.pid, code)}; the other ranks were stopped."
                     self.failure += f" Its error: {note}" if note else ""
                     break
             return self.failure is not None
