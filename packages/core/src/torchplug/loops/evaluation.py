@@ -50,8 +50,12 @@ def _requires_dataloader_idx(function: Callable[..., Any]) -> bool:
 
 
 def grad_context(trainer: Trainer) -> contextlib.AbstractContextManager[Any]:
-    """``torch.inference_mode()`` (``Trainer(inference_mode=True)``, the default) or ``torch.no_grad()``."""
-    return torch.inference_mode() if trainer.inference_mode else torch.no_grad()
+    """``torch.inference_mode()`` (``Trainer(inference_mode=True)``, the default) or ``torch.no_grad()``.
+
+    ``torch.no_grad()`` also where the strategy does not support inference mode (FSDP).
+    """
+    inference = trainer.inference_mode and trainer.strategy.supports_inference_mode
+    return torch.inference_mode() if inference else torch.no_grad()
 
 
 def _step_function(trainer: Trainer, step_name: str, loaders: int) -> Callable[..., Any]:
