@@ -8,6 +8,7 @@ accuracy and time the README states) and once over two DDP processes re-launched
 from __future__ import annotations
 
 import csv
+import logging
 import re
 import sys
 import time
@@ -107,6 +108,25 @@ def test_the_example_validates_tests_and_predicts_from_its_checkpoint(core: Core
         )
         assert result.code == 0, result
         assert text in result.out, result
+
+
+@pytest.mark.usefixtures("in_repo_root")
+def test_validate_last_after_fit_loads_the_fits_last_checkpoint(
+    core: Core, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the README shows: the validate run logs into a new version, but "last" means the fit's."""
+    assert core("fit", "--config", CONFIG, f"--trainer.default_root_dir={tmp_path}", *QUICK).code == 0
+    (last,) = tmp_path.glob("torchplug_logs/version_0/checkpoints/last.ckpt")
+    torchplug_log = logging.getLogger("torchplug")  # it may not propagate to caplog's root handler
+    torchplug_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level("INFO", logger="torchplug"):
+            result = core("validate", "--config", CONFIG, "--ckpt_path=last", f"--trainer.default_root_dir={tmp_path}")
+    finally:
+        torchplug_log.removeHandler(caplog.handler)
+    assert result.code == 0, result
+    assert "val_acc" in result.out, result
+    assert f"using the newest one of the logger's other versions, {last}" in caplog.text
 
 
 @pytest.mark.slow
