@@ -12,6 +12,7 @@ import logging
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Final
 
@@ -19,6 +20,7 @@ import pytest
 import yaml
 
 from tests.core.cli.conftest import CORE_SCRIPT, REPO_ROOT, Core, CoreProcess, needs_core_script
+from torchplug.utilities.warn import reset_warned
 
 pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install 'core[examples]')")
 
@@ -108,6 +110,17 @@ def test_the_example_validates_tests_and_predicts_from_its_checkpoint(core: Core
         )
         assert result.code == 0, result
         assert text in result.out, result
+
+
+@pytest.mark.usefixtures("in_repo_root")
+def test_the_example_runs_without_a_warning(core: Core, tmp_path: Path) -> None:
+    """A bundled example runs clean: its config fits its own data (a whole epoch, as a user runs it)."""
+    reset_warned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = core("fit", "--config", CONFIG, "--trainer.max_epochs=1", f"--trainer.default_root_dir={tmp_path}")
+    assert result.code == 0, result
+    assert "fit: 1 epoch(s), 20 step(s)" in result.out, result
 
 
 @pytest.mark.usefixtures("in_repo_root")
