@@ -8,9 +8,11 @@ accuracy and time the README states) and once over two DDP processes re-launched
 from __future__ import annotations
 
 import csv
+import logging
 import re
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Final
 
@@ -18,6 +20,7 @@ import pytest
 import yaml
 
 from tests.core.cli.conftest import CORE_SCRIPT, REPO_ROOT, Core, CoreProcess, needs_core_script
+from torchplug.utilities.warn import reset_warned
 
 pytest.importorskip("sklearn", reason="the digits example needs scikit-learn (pip install 'core[examples]')")
 
@@ -107,6 +110,36 @@ def test_the_example_validates_tests_and_predicts_from_its_checkpoint(core: Core
         )
         assert result.code == 0, result
         assert text in result.out, result
+
+
+@pytest.mark.usefixtures("in_repo_root")
+def test_the_example_runs_without_a_warning(core: Core, tmp_path: Path) -> None:
+    """A bundled example runs clean: its config fits its own data (a whole epoch, as a user runs it)."""
+    reset_warned()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        result = core("fit", "--config", CONFIG, "--trainer.max_epochs=1", f"--trainer.default_root_dir={tmp_path}")
+    assert result.code == 0, result
+    assert "fit: 1 epoch(s), 20 step(s)" in result.out, result
+
+
+@pytest.mark.usefixtures("in_repo_root")
+def test_validate_last_after_fit_loads_the_fits_last_checkpoint(
+    core: Core, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """As the README shows: the validate run logs into a new version, but "last" means the fit's."""
+    assert core("fit", "--config", CONFIG, f"--trainer.default_root_dir={tmp_path}", *QUICK).code == 0
+    (last,) = tmp_path.glob("torchplug_logs/version_0/checkpoints/last.ckpt")
+    torchplug_log = logging.getLogger("torchplug")  # it may not propagate to caplog's root handler
+    torchplug_log.addHandler(caplog.handler)
+    try:
+        with caplog.at_level("INFO", logger="torchplug"):
+            result = core("validate", "--config", CONFIG, "--ckpt_path=last", f"--trainer.default_root_dir={tmp_path}")
+    finally:
+        torchplug_log.removeHandler(caplog.handler)
+    assert result.code == 0, result
+    assert "val_acc" in result.out, result
+    assert f"using the newest one of the logger's other versions, {last}" in caplog.text
 
 
 @pytest.mark.slow

@@ -145,3 +145,12 @@ def test_a_name_of_several_kinds_asks_for_kind() -> None:
     assert "'in_place' is registered as several kinds: accelerator, checkpoint_io. Hint: add --kind accelerator" in (
         result.stderr
     )
+
+
+@pytest.mark.slow
+def test_the_report_is_not_interleaved_with_the_trainers_lines() -> None:
+    result = core("plugins", "verify", "csv")  # its fit check builds a Trainer and fits a few steps
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "Trainer:" not in result.stderr + result.stdout
+    assert "Warning" not in result.stderr + result.stdout
+    assert result.stdout.splitlines()[-1].startswith("5 passed in ")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import py_compile
 import shutil
 import subprocess
@@ -169,10 +170,30 @@ def test_each_generated_kind_passes_verify_as_generated(
 
 #: The checks a generated package skips, with the reason given (nothing else may be skipped).
 ALLOWED_SKIPS: dict[str, set[str]] = {
-    "accelerator": set(),
+    "accelerator": {"ddp_fit", "collectives"},  # one simulated device by default: "needs 2 devices, found 1"
     "strategy": {"ddp_fit"},  # a single-process strategy, as generated
     "precision": set(),
     "checkpoint_io": set(),
     "cluster_environment": {"detected", "ranks", "validate_settings", "teardown", "preemption"},  # no job declared
     "logger": set(),
 }
+
+
+def test_the_generated_accelerator_simulates_one_device_unless_told(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain ``accelerator="acme"`` must not start a two-process DDP run on a machine with no card."""
+    target = generate("accelerator", "acme", tmp_path / "accel-acme")
+    spec = importlib.util.spec_from_file_location("_acme_vendor", target / "src" / "torchplug_acme" / "_vendor.py")
+    assert spec is not None and spec.loader is not None
+    vendor = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(vendor)
+    monkeypatch.delenv("ACME_SIMULATED_DEVICES", raising=False)
+    assert vendor.device_count() == 1
+    monkeypatch.setenv("ACME_SIMULATED_DEVICES", "2")
+    assert vendor.device_count() == 2
+    accelerator = (target / "src" / "torchplug_acme" / "accelerator.py").read_text()
+    assert 'set_device(device.index), once\n        # get_parallel_devices() returns torch.device("acme", index)' in (
+        accelerator
+    )
+    assert 'torchplug.Trainer(accelerator="acme", max_epochs=3)' in (target / "README.md").read_text()

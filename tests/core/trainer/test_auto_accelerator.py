@@ -1,4 +1,8 @@
-"""``accelerator="auto"``: every installed accelerator is a candidate, nothing is skipped or tied silently."""
+"""``accelerator="auto"``: every installed accelerator is a candidate; faults and ties are warned about.
+
+An accelerator that works but finds no device here (``accel-cuda`` on a CPU machine) is the normal
+case: it is listed and logged at the debug level, never warned about.
+"""
 
 from __future__ import annotations
 
@@ -117,7 +121,7 @@ def _messages(caught: list[warnings.WarningMessage]) -> list[str]:
     return [str(w.message) for w in caught if issubclass(w.category, AutoAcceleratorWarning)]
 
 
-def test_every_skipped_candidate_is_warned_once_with_its_full_reason(
+def test_every_faulty_candidate_is_warned_once_with_its_full_reason(
     host: _Host, registry: Registry[Accelerator]
 ) -> None:
     _register(host, registry, VENDOR_A, "absent", Unavailable)
@@ -134,10 +138,8 @@ def test_every_skipped_candidate_is_warned_once_with_its_full_reason(
     messages = _messages(caught)
 
     assert choice.winner.name == "cpu"
-    assert len(messages) == 5
+    assert len(messages) == 4
     expected = [
-        "accelerator='auto' skipped absent (vendor-a 1.0): unavailable: no Acme card found. Hint: pip install "
-        "acme-driver",
         "accelerator='auto' skipped broken (vendor-a 1.0): broken: Accelerator 'broken' from vendor-a 1.0 is broken: "
         "ModuleNotFoundError: No module named 'acme_missing_module'",
         "accelerator='auto' skipped crashing (vendor-a 1.0): broken: Accelerator 'crashing' from vendor-a 1.0: "
@@ -149,7 +151,34 @@ def test_every_skipped_candidate_is_warned_once_with_its_full_reason(
     ]
     for message, start in zip(sorted(messages), expected):
         assert message.startswith(start), message
-    assert "TORCHPLUG_PREFER=shared=vendor-a" in sorted(messages)[4]
+    assert "TORCHPLUG_PREFER=shared=vendor-a" in sorted(messages)[3]
+
+
+def test_an_installed_accelerator_without_a_device_is_logged_not_warned(
+    host: _Host, registry: Registry[Accelerator], caplog: pytest.LogCaptureFixture
+) -> None:
+    _register(host, registry, VENDOR_A, "absent", Unavailable)
+    logger = auto_accelerator._log
+    logger.addHandler(caplog.handler)  # the torchplug logger may not propagate to caplog's root handler
+    try:
+        with warnings.catch_warnings(record=True) as caught, caplog.at_level("DEBUG", logger=logger.name):
+            warnings.simplefilter("always")
+            choice = choose(registry)
+    finally:
+        logger.removeHandler(caplog.handler)
+
+    assert choice.winner.name == "cpu"
+    assert _messages(caught) == []
+    assert [(r.levelname, r.getMessage()) for r in caplog.records if "absent" in r.getMessage()] == [
+        (
+            "DEBUG",
+            "accelerator='auto' skipped absent (vendor-a 1.0): unavailable: no Acme card found. Hint: pip "
+            "install acme-driver",
+        )
+    ]
+    assert "absent (vendor-a 1.0): skipped, unavailable: no Acme card found. Hint: pip install acme-driver" in (
+        choice.details
+    )
 
 
 def test_the_generic_accelerator_with_nothing_to_serve_is_listed_not_warned(
@@ -219,7 +248,7 @@ def test_no_usable_accelerator_lists_every_reason(host: _Host) -> None:
     registry: Registry[Accelerator] = Registry("accelerator", host)
     _register(host, registry, VENDOR_A, "absent", Unavailable)
 
-    with pytest.warns(AutoAcceleratorWarning), pytest.raises(torchplug.MisconfigurationError) as info:
+    with pytest.raises(torchplug.MisconfigurationError) as info:
         choose(registry)
     assert str(info.value) == (
         "accelerator='auto' found no usable accelerator (absent (vendor-a 1.0): unavailable: no Acme card found. "
@@ -230,11 +259,15 @@ def test_no_usable_accelerator_lists_every_reason(host: _Host) -> None:
 def test_the_trainer_describes_every_candidate_and_warns_at_the_users_line() -> None:
     host = PluginHost(PluginSettings(autoload=False))
     host.registry("accelerator").register("absent", Unavailable, description="absent here")
+    host.registry("accelerator").register("crashing", Raising, description="its driver crashes")
 
-    with pytest.warns(AutoAcceleratorWarning, match="skipped absent") as caught:
+    with pytest.warns(AutoAcceleratorWarning, match="skipped crashing") as caught:
         resolution = resolve(host=host)
     text = resolution.describe()
 
+    assert [str(w.message).split(":")[0] for w in caught.list] == [
+        "accelerator='auto' skipped crashing (user code (registered at run time))"
+    ]
     assert caught.list[0].filename == __file__
     assert re.search(r"^accelerator\s+cpu\s+\(accelerator='auto': highest priority available \(0\)", text, re.M)
     assert re.search(r"^\s+- absent \(user code.*\): skipped, unavailable: no Acme card found", text, re.M), text
@@ -242,12 +275,13 @@ def test_the_trainer_describes_every_candidate_and_warns_at_the_users_line() -> 
     decision = resolution.trace[0]
     assert [d.split(":")[0] for d in decision.details] == [
         "absent (user code (registered at run time))",
+        "crashing (user code (registered at run time))",
         "torch (core 0.1.0, built-in)",
     ]
 
 
 @pytest.mark.slow
-def test_core_fit_warns_once_about_an_installed_accelerator_that_cannot_run(tmp_path: object) -> None:
+def test_core_fit_lists_but_does_not_warn_about_an_installed_accelerator_without_a_device(tmp_path: object) -> None:
     import subprocess
     import sys
 
@@ -266,10 +300,5 @@ def test_core_fit_warns_once_about_an_installed_accelerator_that_cannot_run(tmp_
     )
 
     assert result.returncode == 0, result.stderr
-    warned = [line for line in result.stderr.splitlines() if "AutoAcceleratorWarning" in line]
-    assert len(warned) == 1, result.stderr
-    assert warned[0].endswith(
-        "accelerator='auto' skipped acme (torchplug-test-acme 1.0): unavailable: no Acme card found "
-        "(/dev/acme0 is missing). Hint: pip install acme-driver"
-    ), warned
+    assert "Warning" not in result.stderr, result.stderr  # accel-cuda on a CPU machine: the normal case
     assert "- acme (" in result.stdout and "skipped, unavailable: no Acme card found" in result.stdout

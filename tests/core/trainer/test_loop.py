@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader, IterableDataset
 
 import torchplug
 from tests.core.trainer.models import BlobData, Classifier, blobs, quiet
+from torchplug.strategies.single_device import SingleDeviceStrategy
 
 TrainerArgs = Callable[..., dict[str, Any]]
 
@@ -577,3 +578,40 @@ def test_dataloaders_and_a_datamodule_together_are_refused(call: Callable[[Any],
 def test_estimated_stepping_batches() -> None:
     trainer, _ = _fit({"max_epochs": 3, "accumulate_grad_batches": 3})
     assert trainer.estimated_stepping_batches == 3 * 6
+
+
+class _NoInferenceMode(SingleDeviceStrategy):
+    """A strategy that, like FSDP, cannot evaluate under ``torch.inference_mode``."""
+
+    @property
+    def supports_inference_mode(self) -> bool:
+        return False
+
+
+class _GradModes(Classifier):
+    """Records whether each validation, test and predict step ran under inference mode."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.inference: list[bool] = []
+
+    def validation_step(self, batch: Any, batch_idx: int) -> None:
+        self.inference.append(torch.is_inference_mode_enabled())
+
+    def test_step(self, batch: Any, batch_idx: int) -> None:
+        self.inference.append(torch.is_inference_mode_enabled())
+
+    def predict_step(self, batch: Any, batch_idx: int) -> Any:
+        self.inference.append(torch.is_inference_mode_enabled())
+        return None
+
+
+@pytest.mark.parametrize(("strategy", "expected"), [("auto", True), ("no-inference-mode", False)])
+def test_evaluation_uses_inference_mode_only_where_the_strategy_supports_it(strategy: str, expected: bool) -> None:
+    chosen: Any = _NoInferenceMode(torch.device("cpu")) if strategy == "no-inference-mode" else strategy
+    trainer = torchplug.Trainer(**quiet(strategy=chosen, limit_val_batches=1, limit_test_batches=1, max_epochs=1))
+    trainer.fit(model := _GradModes(), BlobData(n=64))
+    trainer.test(model, BlobData(n=64))
+    trainer.predict(model, BlobData(n=64))
+    assert model.inference == [expected] * 3
+    assert torch.is_grad_enabled()

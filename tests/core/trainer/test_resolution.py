@@ -12,7 +12,7 @@ import torch
 
 import torchplug
 from torchplug._host import PluginHost
-from torchplug._registry import NameResolution, Registry, RegistryEntry
+from torchplug._registry import INSTALL_HINTS, NameResolution, Registry, RegistryEntry
 from torchplug._settings import PluginSettings
 from torchplug.accelerators.cpu import CPUAccelerator
 from torchplug.environments.local import LocalEnvironment
@@ -381,3 +381,28 @@ def test_devices_that_contradict_the_processes_a_launcher_started_are_refused_wh
         r"LOCAL_WORLD_SIZE=2\)\. Hint: ",
     ):
         resolve(accelerator="cpu", devices=3)  # refused at fit() before, when the launcher started
+
+
+def _first_party_names() -> list[tuple[str, str, str]]:
+    """(kind, name, distribution) for every first-party name; a name of several kinds under the kind plugins= takes."""
+    found: dict[str, tuple[str, str, str]] = {}
+    for kind in ("precision", "checkpoint_io", "cluster_environment", "strategy", "accelerator", "logger"):
+        for name, distribution in INSTALL_HINTS[kind].items():
+            found.setdefault(name, (kind, name, distribution))
+    return sorted(found.values())
+
+
+_FIRST_PARTY = _first_party_names()
+
+
+@pytest.mark.parametrize(("kind", "name", "distribution"), _FIRST_PARTY)
+def test_a_first_party_name_in_plugins_that_is_not_installed_says_what_to_install(
+    kind: str, name: str, distribution: str
+) -> None:
+    host = PluginHost(PluginSettings(autoload=False))  # only the built-ins: no first-party package installed
+    with pytest.raises(torchplug.MisconfigurationError) as info:
+        resolve(host=host, plugins=[name])
+    message = str(info.value)
+    assert f"{name!r} is the {kind.replace('_', ' ')} of {distribution}, which is not installed" in message
+    assert f"Hint: pip install {distribution}" in message
+    assert "Installed:" not in message

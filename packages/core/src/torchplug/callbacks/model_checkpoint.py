@@ -34,7 +34,7 @@ from torchplug.callbacks._validation import no_validation_reason
 from torchplug.callbacks.callback import Callback
 from torchplug.trainer.emergency import announce_checkpoint, save_emergency_checkpoint
 from torchplug.trainer.states import TrainerFn
-from torchplug.utilities.rank_zero import log, rank_zero_warn
+from torchplug.utilities.rank_zero import log, rank_zero_info, rank_zero_warn
 from torchplug.utilities.writable import refuse_unwritable
 
 if TYPE_CHECKING:
@@ -716,16 +716,32 @@ class ModelCheckpoint(Callback):
     def find_last_checkpoint(self, checkpoint_io: CheckpointIO) -> str | None:
         """The checkpoint ``fit(ckpt_path="last")`` resumes from.
 
+        Also what ``validate``, ``test`` and ``predict`` load with ``ckpt_path="last"``.
+
         Returns:
-            :attr:`last_model_path` if that file exists, else ``<dirpath>/last.ckpt`` if it exists, else None.
+            :attr:`last_model_path` if that file exists, else ``<dirpath>/last.ckpt`` if it exists;
+            else, with the default ``dirpath``, the newest ``last.ckpt`` of the logger's other
+            versions (a new process, such as ``core validate --ckpt_path=last`` after ``core fit``,
+            logs into a new version, but means the fit's checkpoint); else None.
         """
         if self.last_model_path and checkpoint_io.exists(self.last_model_path):
             return self.last_model_path
+        name = f"{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
         if self.dirpath is not None:
-            path = f"{self.dirpath.rstrip('/')}/{self.CHECKPOINT_NAME_LAST}{self.FILE_EXTENSION}"
+            path = f"{self.dirpath.rstrip('/')}/{name}"
             if checkpoint_io.exists(path):
                 return path
-        return None
+        found = [f"{d.rstrip('/')}/{name}" for d in self._sibling_dirs]
+        found = [path for path in found if checkpoint_io.exists(path)]
+        if not found:
+            return None
+        newest = max(found, key=_modified_at)
+        rank_zero_info(
+            "ckpt_path='last': %s has no last checkpoint; using the newest one of the logger's other versions, %s",
+            self.dirpath,
+            newest,
+        )
+        return newest
 
     def complete_checkpoints(self, checkpoint_io: CheckpointIO) -> list[str]:
         """Every complete checkpoint in :attr:`dirpath` (``*.ckpt`` files, or sharded directories with their metadata).
@@ -839,3 +855,14 @@ def _fill_template(template: str, metrics: dict[str, Any], auto_insert_metric_na
         if name not in metrics:
             metrics[name] = torch.tensor(0)
     return template.format(metrics)
+
+
+def _modified_at(path: str) -> float:
+    """When ``path`` was last written (seconds since the epoch); 0.0 when its filesystem cannot say."""
+    from fsspec.core import url_to_fs
+
+    try:
+        fs, fs_path = url_to_fs(path)
+        return float(fs.modified(fs_path).timestamp())
+    except (NotImplementedError, OSError, ValueError, AttributeError):
+        return 0.0

@@ -125,7 +125,7 @@ _SUITES: Final = {
 }
 
 _USAGE: Final = {
-    "accelerator": 'accelerator="$name", devices=2',
+    "accelerator": 'accelerator="$name"',
     "strategy": 'strategy="$name"',
     "precision": 'precision="$name"',
     "checkpoint_io": 'plugins=["$name"]',
@@ -139,11 +139,12 @@ def device_count() -> int:
     """How many devices this process can use, counted without initialising the runtime (safe before a fork).
 
     VENDOR: ask your runtime, for example ``int(runtime().device_count())``. Until ``RUNTIME_MODULE``
-    is set: ${upper}_SIMULATED_DEVICES simulated devices on the CPU (2 by default), so that the
-    two-process checks run as generated.
+    is set: ${upper}_SIMULATED_DEVICES simulated devices on the CPU, 1 by default (so that plain
+    ``accelerator="$name"`` runs one process, as on a machine with one card);
+    ``${upper}_SIMULATED_DEVICES=2`` runs the two-process checks of ``core plugins verify``.
     """
     if RUNTIME_MODULE is None:
-        return int(os.environ.get("${upper}_SIMULATED_DEVICES", "2"))
+        return int(os.environ.get("${upper}_SIMULATED_DEVICES", "1"))
     return int(runtime().device_count())
 '''
 

@@ -50,9 +50,13 @@ def _requires_dataloader_idx(function: Callable[..., Any]) -> bool:
     return parameter is not None and parameter.default is inspect.Parameter.empty
 
 
-def grad_context(config: LoopConfig) -> contextlib.AbstractContextManager[Any]:
-    """``torch.inference_mode()`` (``Trainer(inference_mode=True)``, the default) or ``torch.no_grad()``."""
-    return torch.inference_mode() if config.inference_mode else torch.no_grad()
+def grad_context(config: LoopConfig, strategy: Strategy) -> contextlib.AbstractContextManager[Any]:
+    """``torch.inference_mode()`` (``Trainer(inference_mode=True)``, the default) or ``torch.no_grad()``.
+
+    ``torch.no_grad()`` also where the strategy does not support inference mode (FSDP).
+    """
+    inference = config.inference_mode and strategy.supports_inference_mode
+    return torch.inference_mode() if inference else torch.no_grad()
 
 
 def _step_function(strategy: Strategy, module: Module, step_name: str, loaders: int) -> Callable[..., Any]:
@@ -175,7 +179,7 @@ class EvaluationLoop:
         log_steps = not sanity and bool(self._logging.loggers)
         seen = self._seen
         results.phase = BATCH_EVAL
-        with grad_context(run.config):
+        with grad_context(run.config, strategy):
             for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
                 transfer = batch_transfer(strategy, module, run.datamodule, loader_idx)
                 results.dataloader_idx = loader_idx if several else None
@@ -284,7 +288,7 @@ class PredictionLoop:
         on_start = hooks.batch_hooks("on_predict_batch_start")
         on_end = hooks.batch_hooks("on_predict_batch_end")
         several = len(loaders) > 1
-        with grad_context(run.config):
+        with grad_context(run.config, strategy):
             for loader_idx, (loader, limit) in enumerate(zip(loaders, limits)):
                 transfer = batch_transfer(strategy, module, run.datamodule, loader_idx)
                 extra = (loader_idx,) if several else ()

@@ -19,6 +19,7 @@ from typing import Any, Final
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import FSDPModule, MixedPrecisionPolicy, OffloadPolicy, fully_shard
+from torch.distributed.tensor import DTensor
 from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
@@ -191,9 +192,26 @@ class FSDPStrategy(DDPStrategy):
             )
         super().configure_launcher()
 
+    @property
+    @override
+    def supports_inference_mode(self) -> bool:
+        """False: FSDP gathers parameters into buffers it reuses in training, which inference tensors would freeze."""
+        return False
+
     @override
     def setup_module(self, module: torch.nn.Module) -> torch.nn.Module:
-        """Shard the submodules the wrap policy selects, then the whole module (warned when it selects none)."""
+        """Shard the submodules the wrap policy selects, then the whole module (warned when it selects none).
+
+        A module this strategy already sharded (by an earlier ``fit``, before ``test`` or
+        ``validate``) is used as it is: ``fully_shard`` cannot be applied twice.
+
+        Raises:
+            MisconfigurationError: The module was sharded over another number of processes or
+                another device type.
+        """
+        if isinstance(module, FSDPModule):
+            self._check_sharded_here(module)
+            return module
         mesh = init_device_mesh(self.root_device.type, (self.world_size,))
         options: dict[str, Any] = {
             "mesh": mesh,
@@ -217,6 +235,20 @@ class FSDPStrategy(DDPStrategy):
                 )
         fully_shard(module, **options)
         return module
+
+    def _check_sharded_here(self, module: torch.nn.Module) -> None:
+        """Refuse a module sharded on a mesh other than this run's (its parameters are DTensors on that mesh)."""
+        meshes = {
+            (p.device_mesh.device_type, p.device_mesh.size()) for p in module.parameters() if isinstance(p, DTensor)
+        }
+        here = (self.root_device.type, self.world_size)
+        for device_type, size in meshes - {here}:
+            raise MisconfigurationError(
+                f"{type(module).__name__} is already sharded by FSDP over {size} {device_type} process(es), but this "
+                f"run has {self.world_size} {self.root_device.type} process(es); a module can be sharded only once. "
+                "Hint: run every stage with the same devices and strategy, or load the weights into a new module "
+                "(Module.load_from_checkpoint)."
+            )
 
     @override
     def model_to_device(self) -> None:

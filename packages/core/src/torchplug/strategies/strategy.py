@@ -415,6 +415,17 @@ class Strategy(ABC):
 
     # -- contexts -----------------------------------------------------------------------------
 
+    @property
+    def supports_inference_mode(self) -> bool:
+        """Whether validation, test and predict may run under ``torch.inference_mode`` (default: True).
+
+        A tensor made under inference mode can never be updated in place outside it. A strategy
+        whose evaluation writes into tensors that training reuses (FSDP gathers parameters into
+        buffers it keeps) returns False; the loops then use ``torch.no_grad`` even with
+        ``Trainer(inference_mode=True)``, as Lightning does for FSDP.
+        """
+        return True
+
     @contextlib.contextmanager
     def model_sharded_context(self) -> Generator[None, None, None]:
         """A context in which to build layers directly sharded (for sharded strategies). Default: nothing."""

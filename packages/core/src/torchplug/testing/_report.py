@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Final
 
@@ -165,17 +167,30 @@ def verify(
     if started is not None:
         started(report)
     start = time.perf_counter()
-    for item in checks_for(subject.kind):
-        result = (
-            _skipped(item, skip[item.name])
-            if item.name in skip
-            else run_check(item, context, known_failures.get(item.name))
-        )
-        report.results.append(result)
-        if progress is not None:
-            progress(result)
+    with _quiet_info():
+        for item in checks_for(subject.kind):
+            result = (
+                _skipped(item, skip[item.name])
+                if item.name in skip
+                else run_check(item, context, known_failures.get(item.name))
+            )
+            report.results.append(result)
+            if progress is not None:
+                progress(result)
     report.seconds = time.perf_counter() - start
     return report
+
+
+@contextlib.contextmanager
+def _quiet_info() -> Iterator[None]:
+    """The ``torchplug`` logger at WARNING while the checks run: their Trainers' info lines would break the table."""
+    log = logging.getLogger("torchplug")
+    level = log.level
+    log.setLevel(max(level, logging.WARNING))
+    try:
+        yield
+    finally:
+        log.setLevel(level)
 
 
 def _skipped(item: Check, reason: str) -> CheckResult:

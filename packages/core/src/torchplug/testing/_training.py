@@ -171,6 +171,7 @@ def quiet(root: Path, **kwargs: Any) -> dict[str, Any]:
         "enable_model_summary": False,
         "num_sanity_val_steps": 0,
         "max_epochs": 2,
+        "log_every_n_steps": 1,  # a run of a few steps: the default 50 warns, and would log nothing
         **kwargs,
     }
 

@@ -2,11 +2,13 @@
 
 Nothing is settled silently:
 
-- A candidate that is skipped (its plugin is broken, its name is claimed by several distributions,
-  its probe or ``is_available()`` raised, or it is unavailable here) is warned about once per
-  process with the full reason, on global rank 0. The generic ``torch`` accelerator having nothing
-  to serve (torch reports no accelerator, or a dedicated plugin claims torch's device type) is not
-  a fallback, and is only listed.
+- A candidate that is skipped because something is wrong (its plugin is broken, its name is
+  claimed by several distributions, its probe or ``is_available()`` raised) is warned about once
+  per process with the full reason, on global rank 0.
+- A candidate that works but finds no device here (``accel-cuda`` on a CPU machine) is the normal
+  case, not a warning: it is logged at the debug level and listed. So is the generic ``torch``
+  accelerator having nothing to serve (torch reports no accelerator, or a dedicated plugin claims
+  torch's device type).
 - A tie at the top priority is settled by name, in alphabetical order, with a warning that names
   the tie and the two ways to choose.
 - ``TORCHPLUG_ACCELERATOR_PRIORITY=name=int,...`` replaces accelerators' priorities.
@@ -15,6 +17,7 @@ Nothing is settled silently:
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +28,8 @@ from torchplug._errors import MisconfigurationError, PluginError, PluginSettings
 from torchplug._registry import Registry, RegistryEntry
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.utilities.warn import reset_warned, warn_once
+
+_log = logging.getLogger(__name__)
 
 __all__ = ["PRIORITY_VARIABLE", "AutoAcceleratorWarning", "Candidate", "Choice", "check_availability", "choose"]
 
@@ -45,7 +50,8 @@ class Candidate:
         provider: Who provides it (``"accel-cuda 0.1.0"``).
         priority: Its priority for "auto" (after ``TORCHPLUG_ACCELERATOR_PRIORITY``); None when skipped.
         reason: Why it cannot be used here; None when it is available.
-        warn: Whether being skipped is a fallback the user is told about (False: listed only).
+        warn: Whether being skipped is a fault the user is warned about (a broken plugin, a name
+            conflict, a probe that raised); False: logged at the debug level and listed only.
         entry: The registry entry (None when the name is ambiguous).
     """
 
@@ -146,7 +152,7 @@ def survey(registry: Registry[Accelerator], overrides: Mapping[str, int]) -> lis
                 )
             continue
         cls, reason = check_availability(winner)
-        warn = reason is not None
+        warn = reason is not None and not reason.startswith("unavailable:")  # no device here is not a fault
         if cls is None and winner.is_loaded:  # imported, and is_available() said no: its class still tells
             cls = winner.load()
         if cls is not None and _is_generic(cls):
@@ -169,7 +175,7 @@ def _is_generic(cls: type[Accelerator]) -> bool:
 
 
 def _generic_reason(cls: type[Accelerator], registry: Registry[Accelerator]) -> tuple[str | None, bool]:
-    """The generic accelerator's reason, asked against this registry; having nothing to serve is not warned."""
+    """The generic accelerator's reason, asked against this registry; only torch raising is warned about."""
     from torchplug.accelerators.torch_device import idle_reason, serving_reason
 
     try:
@@ -179,7 +185,7 @@ def _generic_reason(cls: type[Accelerator], registry: Registry[Accelerator]) -> 
         reason = serving_reason(cls.device_type or None, registry)
     except Exception as exc:  # torch's own answers raised: told like any other plugin failure
         return f"asking torch raised {type(exc).__name__}: {exc}", True
-    return (None if reason is None else f"unavailable: {reason}"), reason is not None
+    return (None if reason is None else f"unavailable: {reason}"), False
 
 
 def choose(registry: Registry[Accelerator], environ: Mapping[str, str] | None = None) -> Choice:
@@ -200,6 +206,8 @@ def choose(registry: Registry[Accelerator], environ: Mapping[str, str] | None = 
     for candidate in candidates:
         if candidate.warn:
             _warn_once(f"accelerator='auto' skipped {candidate.label}: {candidate.reason}")
+        elif candidate.reason is not None:
+            _log.debug("accelerator='auto' skipped %s: %s", candidate.label, candidate.reason)
     available = sorted((c for c in candidates if c.priority is not None), key=lambda c: (-(c.priority or 0), c.name))
     if not available:
         listed = "; ".join(f"{c.label}: {c.reason}" for c in candidates)

@@ -20,6 +20,7 @@ import torch
 from torchplug._boundary import provide, why_unavailable
 from torchplug._errors import MisconfigurationError, PluginUnavailableError, UnknownPluginError
 from torchplug._host import PluginHost, plugin_host
+from torchplug._install_hints import INSTALL_HINTS
 from torchplug._registry import Registry
 from torchplug.accelerators.accelerator import Accelerator
 from torchplug.environments.cluster_environment import ClusterEnvironment
@@ -62,6 +63,29 @@ _PLUGIN_BASES: Final[dict[str, type]] = {
 
 #: The Trainer arguments that take the other registered kinds, for the hint when one is given in ``plugins=``.
 _OTHER_ARGUMENTS: Final = ("strategy", "accelerator", "logger")
+
+
+def _refuse_a_missing_first_party_name(item: str, key: str) -> None:
+    """Raise the install hint for ``plugins=[item]`` when ``key`` is a first-party name of a package not installed.
+
+    Raises:
+        MisconfigurationError: ``key`` names a plugin of a first-party package (``slurm``: env-slurm).
+    """
+    for kind in (*_PLUGIN_BASES, *_OTHER_ARGUMENTS):
+        distribution = INSTALL_HINTS.get(kind, {}).get(key)
+        if distribution is None:
+            continue
+        label = kind.replace("_", " ")
+        if kind in _OTHER_ARGUMENTS:
+            raise MisconfigurationError(
+                f"plugins=[{item!r}] is not valid: {key!r} is the {label} of {distribution}, which is not installed, "
+                f"and plugins= takes precisions, checkpoint IOs and cluster environments. Hint: pip install "
+                f"{distribution}, then Trainer({kind}={item!r})."
+            )
+        raise MisconfigurationError(
+            f"plugins=[{item!r}]: {key!r} is the {label} of {distribution}, which is not installed. "
+            f"Hint: pip install {distribution}"
+        )
 
 
 @dataclass(frozen=True)
@@ -213,6 +237,7 @@ class _Resolver:
                         f"plugins=[{item!r}] is not valid: {item!r} is a registered {argument}, and plugins= takes "
                         f"precisions, checkpoint IOs and cluster environments. Hint: Trainer({argument}={item!r})."
                     )
+            _refuse_a_missing_first_party_name(item, key)
             names = sorted({n for k in _PLUGIN_BASES for n in self.host.registry(k).names()})
             raise MisconfigurationError(
                 f"plugins=[{item!r}] is not a registered precision, checkpoint IO or cluster environment. "
