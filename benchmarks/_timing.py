@@ -2,10 +2,17 @@
 
 from __future__ import annotations
 
+import argparse
+import json
+import os
+import platform
+import socket
 import statistics
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, TypeVar
 
 C = TypeVar("C")
@@ -60,3 +67,31 @@ def interleaved(
             done = ", ".join(f"{k} {v.seconds[-1]:.3f}" for k, v in samples.items())
             print(f"  round {round_ - warmup + 1}/{repeats}: {done}", file=sys.stderr, flush=True)
     return samples
+
+
+def add_json_option(parser: argparse.ArgumentParser) -> None:
+    """``--json [PATH]``: the figures as JSON, with the host and the date (README tables are made from it)."""
+    parser.add_argument(
+        "--json",
+        nargs="?",
+        const="-",
+        metavar="PATH",
+        help="write the figures as JSON to PATH (the report is printed too); without PATH, print JSON instead",
+    )
+
+
+def write_json(doc: Any, target: str) -> None:
+    """Write ``doc`` (a dict, or a list of rows) with the host, the date and the load to ``target`` ("-": stdout)."""
+    header = {
+        "host": socket.gethostname(),
+        "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "load_average": os.getloadavg(),
+        "python": platform.python_version(),
+    }
+    full = {**header, **doc} if isinstance(doc, dict) else {**header, "rows": doc}
+    text = json.dumps(full, indent=2)
+    if target == "-":
+        print(text)
+    else:
+        Path(target).write_text(text + "\n")

@@ -56,7 +56,6 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib.util
-import json
 import math
 import os
 import platform
@@ -70,6 +69,7 @@ from typing import Any, Final
 
 import torch
 
+from _timing import add_json_option, write_json
 from torchplug.io import AsyncCheckpointIO, TorchCheckpointIO
 from torchplug.io._snapshot import CopyPool, default_copy_threads
 
@@ -93,7 +93,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeats", type=int, default=5, help="timed rounds (default 5)")
     parser.add_argument("--params-scale", type=float, default=1.0, help="scale of the 50M parameters (default 1)")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
+    add_json_option(parser)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temporary directory)")
     return parser.parse_args(argv)
 
@@ -413,7 +413,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     finally:
         shutil.rmtree(root, ignore_errors=True)
     ok = all(t["passed"] for t in doc["targets"].values())
-    print(json.dumps({**doc, "ok": ok}, indent=2) if args.json else report_text(doc))
+    if args.json != "-":
+        print(report_text(doc))
+    if args.json:
+        write_json({**doc, "ok": ok}, args.json)
     return 0 if ok else 1
 
 

@@ -62,6 +62,8 @@ from typing import Any, Final  # noqa: E402
 import torch  # noqa: E402
 from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
 
+from _timing import add_json_option, write_json  # noqa: E402
+
 _TORCH_IMPORTED = time.time()
 
 STEADY_FROM: Final = 50
@@ -428,7 +430,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="comma-separated subset of: " + ", ".join(CONFIGS) + " (plain is always run)",
     )
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds one run may take")
-    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    add_json_option(parser)
     parser.add_argument("--worker", choices=("plain", "torchplug", "lightning"), help=argparse.SUPPRESS)
     parser.add_argument("--strategy", default="ddp", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -459,21 +461,19 @@ def main(argv: list[str] | None = None) -> int:
         notes.append("lightning: skipped, not importable by this interpreter (its reference figures are below)")
     rows = summarise(measure(requested, args.steps, args.repeats, args.timeout))
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "steps": args.steps,
-                    "repeats": args.repeats,
-                    "python": platform.python_version(),
-                    "configs": rows,
-                    "target_ratio": TARGET_RATIO,
-                    "notes": notes,
-                    "lightning_reference": LIGHTNING_REFERENCE,
-                },
-                indent=2,
-            )
+        write_json(
+            {
+                "steps": args.steps,
+                "repeats": args.repeats,
+                "python": platform.python_version(),
+                "configs": rows,
+                "target_ratio": TARGET_RATIO,
+                "notes": notes,
+                "lightning_reference": LIGHTNING_REFERENCE,
+            },
+            args.json,
         )
-    else:
+    if args.json != "-":
         print_report(rows, args, notes)
     return 0 if "ddp" in rows and rows["ddp"].get("ratio", float("inf")) <= TARGET_RATIO else 1
 

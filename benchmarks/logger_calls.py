@@ -31,7 +31,6 @@ import argparse
 import contextlib
 import cProfile
 import io
-import json
 import pstats
 import sys
 import tempfile
@@ -42,6 +41,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchplug
+from _timing import add_json_option, write_json
 
 #: Tensor methods that wait for the value on the host.
 SYNCS: Final = ("item", "__float__", "cpu", "tolist", "numpy", "__bool__", "__int__")
@@ -117,14 +117,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--loggers", default="csv", help="comma-separated registry names, besides the default")
     parser.add_argument("--short", type=int, default=300, help="steps of the shorter fit")
     parser.add_argument("--long", type=int, default=1300, help="steps of the longer fit")
-    parser.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     names: list[str | None] = [None, *[n for n in args.loggers.split(",") if n]]
     rows = [measure(name, args.short, args.long) for name in names]
     if args.json:
-        print(json.dumps(rows, indent=2))
-    else:
+        write_json(rows, args.json)
+    if args.json != "-":
         print(f"{'logger':<14} {'class':<20} {'calls/step':>10} {'syncs/step':>10}")
         for row in rows:
             print(f"{row['logger']:<14} {row['class']:<20} {row['calls_per_step']:>10} {row['syncs_per_step']:>10}")

@@ -76,7 +76,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-from _timing import BenchmarkError, Samples, interleaved, paired_overhead
+from _timing import BenchmarkError, Samples, add_json_option, interleaved, paired_overhead, write_json
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 CONSTRAINTS: Final = ROOT / "constraints.txt"
@@ -625,7 +625,7 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--repeats", type=int, default=15, help="timed rounds per command (default: 15)")
     parser.add_argument("--plugins", type=int, default=200, help="synthetic plugins in setup (b) (default: 200)")
     parser.add_argument("--keep", action="store_true", help="keep the temporary environments and print where")
-    parser.add_argument("--json", action="store_true", help="print the figures as one JSON document")
+    add_json_option(parser)
     parser.add_argument(
         "--with-torch",
         action="store_true",
@@ -666,7 +666,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.keep:
         shutil.rmtree(workdir, ignore_errors=True)
     ok = all(s.passed and s.check is not None and s.check.torch_free for s in setups)
-    print(json.dumps({**doc, "ok": ok}, indent=2) if args.json else report_text(doc, setups, breakdown))
+    if args.json != "-":
+        print(report_text(doc, setups, breakdown))
+    if args.json:
+        write_json({**doc, "ok": ok}, args.json)
     return 0 if ok else 1
 
 

@@ -82,6 +82,7 @@ from torch.distributed.checkpoint.state_dict_saver import AsyncCheckpointerType
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchplug
+from _timing import add_json_option, write_json
 from torchplug.io import DistributedCheckpointIO, TorchCheckpointIO
 from torchplug.strategies.fsdp import FSDPStrategy
 
@@ -98,7 +99,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--width", type=int, default=4096, help="their width (default 4096)")
     parser.add_argument("--repeats", type=int, default=3, help="timed rounds (default 3)")
     parser.add_argument("--no-momentum", action="store_true", help="SGD without momentum: no optimizer state")
-    parser.add_argument("--json", action="store_true", help="print one JSON document instead of the report")
+    add_json_option(parser)
     parser.add_argument("--dir", type=Path, default=None, help="where to write (default: a temporary directory)")
     return parser.parse_args(argv)
 
@@ -391,7 +392,10 @@ class Bench(torchplug.Callback):
         }
         doc["ok"] = all(t["passed"] for t in doc["targets"].values())
         (self.root / "report.json").write_text(json.dumps(doc))
-        print(json.dumps(doc, indent=2) if args.json else report_text(doc), flush=True)
+        if args.json != "-":
+            print(report_text(doc), flush=True)
+        if args.json:
+            write_json(doc, args.json)
 
 
 def report_text(doc: dict[str, Any]) -> str:

@@ -59,7 +59,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Final
 
-from _timing import BenchmarkError, Samples, interleaved, paired_overhead
+from _timing import BenchmarkError, Samples, add_json_option, interleaved, paired_overhead, write_json
 
 TARGET_S: Final = 0.200
 WARMUP_ROUNDS: Final = 2
@@ -362,7 +362,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="keep the caller's PYTHON* variables (PYTHONDONTWRITEBYTECODE...) in the children",
     )
-    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    add_json_option(parser)
     args = parser.parse_args(argv)
     if args.repeats < 1:
         parser.error("--repeats must be at least 1")
@@ -389,23 +389,21 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     verdicts = summarise(samples)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "repeats": args.repeats,
-                    "python": platform.python_version(),
-                    "env": env_note,
-                    "samples": {k: v.as_dict() for k, v in samples.items()},
-                    "overheads": verdicts,
-                    "phases_s": phase_times,
-                    "modules": {k: v for k, v in modules.items() if k != "added"},
-                    "importtime": profile,
-                    "lightning_reference": LIGHTNING_REFERENCE,
-                },
-                indent=2,
-            )
+        write_json(
+            {
+                "repeats": args.repeats,
+                "python": platform.python_version(),
+                "env": env_note,
+                "samples": {k: v.as_dict() for k, v in samples.items()},
+                "overheads": verdicts,
+                "phases_s": phase_times,
+                "modules": {k: v for k, v in modules.items() if k != "added"},
+                "importtime": profile,
+                "lightning_reference": LIGHTNING_REFERENCE,
+            },
+            args.json,
         )
-    else:
+    if args.json != "-":
         print_report(samples, verdicts, modules, phase_times, profile, env_note, args.repeats)
     passed = all(verdicts[k]["passed"] for k in JUDGED) and not modules["heavy_added"]
     return 0 if passed else 1

@@ -38,9 +38,11 @@ What is measured:
     and the fixed cost of ``fit()`` with ``max_steps=1`` (one step included), for B's and C's
     arguments, interleaved.
 
-    With ``--instructions``, each variant also runs in a child process under valgrind's callgrind
-    (``--instr-steps`` steps after a warm-up, and again with 1000 fewer steps; the difference over
-    1000 steps is the instruction count of one steady-state step, start-up and warm-up excluded).
+    With ``--instructions``, each variant also runs under valgrind's callgrind, in one of two child
+    processes (``--instr-steps`` steps after a warm-up, and again ``--instr-span`` (1000) fewer steps;
+    only those two fits are counted (``_callgrind.py``'s regions), and the difference over the span
+    is the instruction count of one steady-state step, start-up, warm-up and a fit's fixed costs
+    excluded). ``perf_gate.py`` uses this mode with short runs, as CI's performance gate.
     Instruction counts do not depend on what else the host runs, unlike the clocks of a shared
     2-core host, whose speed drifts by up to 1.7x within seconds; a variant's extra instructions
     over A, as a share of A's, times the reference machine's 296 µs/step, estimate its overhead
@@ -68,14 +70,11 @@ import contextlib
 import functools
 import gc
 import importlib.util
-import json
 import math
 import os
 import platform
-import re
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -88,6 +87,7 @@ from torch.nn import functional as F
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchplug
+from _timing import add_json_option, write_json
 
 STEADY_FROM: Final = 50
 SETUP_REPEATS: Final = 15
@@ -224,38 +224,73 @@ class Samples:
 #: The instruction count of one step is the difference between two runs this many steps apart.
 INSTR_SPAN: Final = 1000
 INSTR_WARMUP_STEPS: Final = 60
+#: Extra Python calls per training_step in the Trainer variants (B, C, D...) of a callgrind child: a
+#: deliberate slow-down, to show that the performance gate (benchmarks/perf_gate.py) catches one.
+INJECT_ENV: Final = "TORCHPLUG_BENCH_EXTRA_CALLS"
 
 
-def run_child(label: str, steps: int) -> None:
-    """What a child under callgrind runs: a warm-up fit of ``label``, then one of ``steps`` steps."""
+def _injected_call() -> None:
+    """The deliberate slow-down: one Python call that does nothing."""
+
+
+def inject_calls(calls: int) -> None:
+    """Make every Trainer variant's training_step make ``calls`` extra Python calls (see :data:`INJECT_ENV`)."""
+    for cls in (Net, LoggingNet):
+        step = cls.__dict__["training_step"]
+
+        def training_step(self: Net, batch: Any, batch_idx: int, _step: Any = step) -> torch.Tensor:
+            for _ in range(calls):
+                _injected_call()
+            return _step(self, batch, batch_idx)  # type: ignore[no-any-return]
+
+        cls.training_step = training_step  # type: ignore[method-assign]
+
+
+def run_child(labels: list[str], counts: list[int]) -> None:
+    """What a child under callgrind runs: for each variant a warm-up fit, then one counted fit per step count.
+
+    Each counted fit is a callgrind region named ``label:steps`` (benchmarks/_callgrind.py): start-up,
+    the warm-up and everything between the fits are left out of the counts.
+    """
+    from _callgrind import region
+
     torch.set_num_threads(1)
-    run_variant(label, make_loader(INSTR_WARMUP_STEPS))
-    run_variant(label, make_loader(steps))
+    if os.environ.get(INJECT_ENV):
+        inject_calls(int(os.environ[INJECT_ENV]))
+    for label in labels:
+        run_variant(label, make_loader(INSTR_WARMUP_STEPS))
+        for steps in counts:
+            loader = make_loader(steps)
+            with region(f"{label}:{steps}"):
+                run_variant(label, loader)
 
 
-def callgrind_instructions(label: str, steps: int) -> int:
-    """Instructions of a whole child process that runs ``label`` for ``steps`` steps (see :func:`run_child`)."""
-    command = [
-        "valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null",
-        sys.executable, os.path.abspath(__file__), "--child", label, "--steps", str(steps),
-    ]  # fmt: skip
-    # A fixed hash seed: the same dict and set orders in every child, so that the counts repeat.
-    env = {**os.environ, "PYTHONHASHSEED": "0"}
-    done = subprocess.run(command, capture_output=True, text=True, check=False, env=env)
-    found = re.search(r"Collected\s*:\s*(\d+)", done.stderr)
-    if done.returncode != 0 or found is None:
-        raise RuntimeError(f"callgrind run of {label} failed (exit {done.returncode}): {done.stderr[-2000:]}")
-    return int(found.group(1))
+def measure_instructions(
+    labels: list[str], steps: int, span: int = INSTR_SPAN, env: dict[str, str] | None = None
+) -> dict[str, float]:
+    """Instructions per steady-state step of each variant, under callgrind.
 
-
-def measure_instructions(labels: list[str], steps: int) -> dict[str, float]:
-    """Instructions per steady-state step of each variant: two runs per variant, two runs at a time."""
+    Each variant runs ``steps - span`` and ``steps`` steps (after a warm-up) in the same child; the
+    difference of the two counts over ``span`` is one steady-state step, the fixed costs of a fit
+    cancelled. The variants are split between two children that run at once (a 2-core host).
+    """
     from concurrent.futures import ThreadPoolExecutor
 
-    jobs = [(label, n) for label in labels for n in (steps - INSTR_SPAN, steps)]
-    with ThreadPoolExecutor(max(1, min(2, os.cpu_count() or 1))) as pool:
-        counts = dict(zip(jobs, pool.map(lambda job: callgrind_instructions(*job), jobs)))
-    return {label: (counts[label, steps] - counts[label, steps - INSTR_SPAN]) / INSTR_SPAN for label in labels}
+    from _callgrind import count_regions
+
+    counts = [steps - span, steps]
+    children = max(1, min(2, os.cpu_count() or 1, len(labels)))
+    groups = [labels[i::children] for i in range(children)]
+
+    def child(group: list[str]) -> dict[str, int]:
+        argv = [sys.executable, os.path.abspath(__file__), "--child", ",".join(group)]
+        return count_regions([*argv, "--child-counts", ",".join(map(str, counts))], env=env)
+
+    found: dict[str, int] = {}
+    with ThreadPoolExecutor(children) as pool:
+        for result in pool.map(child, groups):
+            found.update(result)
+    return {label: (found[f"{label}:{steps}"] - found[f"{label}:{steps - span}"]) / span for label in labels}
 
 
 def paired(values: list[float], base: list[float]) -> tuple[float, float]:
@@ -562,7 +597,9 @@ def print_report(rows: dict[str, Any], fixed: dict[str, Any], notes: list[str], 
             print(f"    {label} ≤ {row['target_us']:.0f} µs: {verdicts}")
     if any("instructions_per_step" in row for row in rows.values()):
         print()
-        print(f"Instructions per steady-state step (callgrind, {INSTR_SPAN} steps; independent of the host's load):")
+        print(
+            f"Instructions per steady-state step (callgrind, {args.instr_span} steps; independent of the host's load):"
+        )
         for label, row in rows.items():
             if "instructions_per_step" not in row:
                 continue
@@ -628,13 +665,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--instructions", action="store_true", help="also count each variant's instructions per step with callgrind"
     )
     parser.add_argument("--instr-steps", type=int, default=1300, help="steps of the longer callgrind run")
-    parser.add_argument("--child", help=argparse.SUPPRESS)  # a callgrind child: run this variant and exit
-    parser.add_argument("--json", action="store_true", help="print the results as JSON instead of a table")
+    parser.add_argument("--instr-span", type=int, default=INSTR_SPAN, help="steps between the two callgrind runs")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # a callgrind child: run these variants and exit
+    parser.add_argument("--child-counts", help=argparse.SUPPRESS)  # ... for these step counts
+    add_json_option(parser)
     args = parser.parse_args(argv)
     if args.steps <= STEADY_FROM + 1 or args.repeats < 1:
         parser.error(f"--steps must be more than {STEADY_FROM + 1} and --repeats at least 1")
-    if args.instr_steps <= INSTR_SPAN:
-        parser.error(f"--instr-steps must be more than {INSTR_SPAN}")
+    if not 0 < args.instr_span < args.instr_steps:
+        parser.error(f"--instr-span must be at least 1 and less than --instr-steps ({args.instr_steps})")
     if args.judge == "instructions" and not args.instructions:
         parser.error("--judge instructions needs --instructions")
     if args.instructions and shutil.which("valgrind") is None:
@@ -645,7 +684,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.child:
-        run_child(args.child, args.steps)
+        run_child(args.child.split(","), [int(n) for n in args.child_counts.split(",")])
         return 0
     torch.set_num_threads(1)
     requested = ["A", *(v for v in args.variants.split(",") if v and v != "A")]
@@ -659,26 +698,24 @@ def main(argv: list[str] | None = None) -> int:
     fixed = {} if args.no_fixed or labels == ["A"] else measure_fixed_costs(loader, "C" in labels)
     samples, bases = measure_steps(labels, loader, args.repeats)
     counted = [label for label in labels if not label.startswith("L-")]
-    instructions = measure_instructions(counted, args.instr_steps) if args.instructions else {}
+    instructions = measure_instructions(counted, args.instr_steps, args.instr_span) if args.instructions else {}
     rows = summarise(samples, bases, args.judge, instructions)
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "steps": args.steps,
-                    "repeats": args.repeats,
-                    "judged_on": args.judge,
-                    "torch": torch.__version__,
-                    "python": platform.python_version(),
-                    "variants": rows,
-                    "fixed_costs": fixed,
-                    "notes": notes,
-                    "lightning_reference": LIGHTNING_REFERENCE,
-                },
-                indent=2,
-            )
+        write_json(
+            {
+                "steps": args.steps,
+                "repeats": args.repeats,
+                "judged_on": args.judge,
+                "torch": torch.__version__,
+                "python": platform.python_version(),
+                "variants": rows,
+                "fixed_costs": fixed,
+                "notes": notes,
+                "lightning_reference": LIGHTNING_REFERENCE,
+            },
+            args.json,
         )
-    else:
+    if args.json != "-":
         print_report(rows, fixed, notes, args)
     judged = [rows[k]["passed"] for k in JUDGED if k in rows]
     return 0 if judged and all(judged) and len(judged) == len(JUDGED) else 1

@@ -1,8 +1,8 @@
 """The bundled example: ``core fit --config examples/digits/config.yaml``, run from the repository root.
 
 The quick tests limit the batches; the slow ones train the whole run, once in one process (the
-accuracy and time the README states) and once over two DDP processes re-launched through the
-``core`` console script.
+accuracy the README states; the time it states is measured by benchmarks/digits_example.py, never
+by a test) and once over two DDP processes re-launched through the ``core`` console script.
 """
 
 from __future__ import annotations
@@ -11,7 +11,6 @@ import csv
 import logging
 import re
 import sys
-import time
 import warnings
 from pathlib import Path
 from typing import Final
@@ -31,9 +30,8 @@ QUICK: Final = (
     "--trainer.limit_val_batches=1",
     "--trainer.num_sanity_val_steps=0",
 )
-#: The accuracy the README promises, and the time it promises it in (on 2 CPU cores).
+#: The accuracy the README promises (its time, a minute on 2 CPU cores, is benchmarks/digits_example.py's).
 TARGET_ACCURACY: Final = 0.95
-TIME_LIMIT_S: Final = 60
 ACCURACY_LINE: Final = re.compile(r"^Final validation accuracy: ([\d.]+)%", re.MULTILINE)
 
 
@@ -143,15 +141,12 @@ def test_validate_last_after_fit_loads_the_fits_last_checkpoint(
 
 
 @pytest.mark.slow
-def test_the_example_reaches_the_stated_accuracy_within_a_minute(core_process: CoreProcess, tmp_path: Path) -> None:
-    start = time.perf_counter()
+def test_the_example_reaches_the_stated_accuracy(core_process: CoreProcess, tmp_path: Path) -> None:
     result = core_process("fit", "--config", CONFIG, f"--trainer.default_root_dir={tmp_path}", cwd=REPO_ROOT)
-    seconds = time.perf_counter() - start
     assert result.code == 0, result
     assert final_accuracy(result.out) >= TARGET_ACCURACY, result
     last_val = [float(row["val_acc"]) for row in metric_rows(tmp_path) if row.get("val_acc")][-1]
     assert last_val >= TARGET_ACCURACY
-    assert seconds < TIME_LIMIT_S, f"took {seconds:.1f} s"
 
 
 @pytest.mark.slow

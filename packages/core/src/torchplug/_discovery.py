@@ -277,15 +277,82 @@ def _location(dist: metadata.Distribution) -> str | None:
 
 _REQUIREMENT_NAME = re.compile(r"\s*([A-Za-z0-9][A-Za-z0-9._-]*)")
 
+#: One clause of a plain release range (``>=0.1``, ``<0.2``, ``==1.0``...), which is what plugins
+#: declare on core; any other form (``~=``, ``==1.*``, pre-releases, local versions) goes to packaging.
+_RELEASE_CLAUSE: Final = re.compile(r"\s*(>=|<=|==|!=|<|>)\s*(\d+(?:\.\d+)*)\s*")
+_RELEASE: Final = re.compile(r"\d+(?:\.\d+)*")
 
-def _core_requirement(requires: list[str]) -> SpecifierSet | None:
-    """The specifier of the requirement on ``core`` (packaging is imported only when there is one)."""
+
+@dataclass(frozen=True, slots=True)
+class _ReleaseRange:
+    """A specifier made only of comparisons with plain release versions, checked without packaging.
+
+    Importing ``packaging.specifiers`` compiles its large regular expressions, which cost the
+    listing and every process's first ``Trainer()`` more than the rest of discovery put together;
+    the requirements plugins declare on core (``core>=0.1,<0.2``) never need it. For these clauses
+    and a plain release installed, PEP 440's answer is the comparison of the zero-padded release
+    numbers, which is what :meth:`contains` does. ``str()`` is packaging's: the clauses sorted.
+    """
+
+    clauses: tuple[tuple[str, tuple[int, ...]], ...]
+    text: str
+
+    @classmethod
+    def parse(cls, text: str) -> _ReleaseRange | None:
+        """The range, or ``None`` when ``text`` is not a comma-separated list of plain release clauses."""
+        clauses, shown = [], []
+        for part in text.split(","):
+            match = _RELEASE_CLAUSE.fullmatch(part)
+            if match is None:
+                return None
+            clauses.append((match.group(1), _release(match.group(2))))
+            shown.append(match.group(1) + match.group(2))
+        return cls(tuple(clauses), ",".join(sorted(shown)))
+
+    def contains(self, version: str) -> bool | None:
+        """Whether ``version`` satisfies every clause; ``None`` when it is not a plain release."""
+        if _RELEASE.fullmatch(version) is None:
+            return None
+        installed = _release(version)
+        return all(_compare(installed, op, bound) for op, bound in self.clauses)
+
+    @override
+    def __str__(self) -> str:
+        return self.text
+
+
+def _release(version: str) -> tuple[int, ...]:
+    numbers = [int(n) for n in version.split(".")]
+    while len(numbers) > 1 and numbers[-1] == 0:
+        numbers.pop()  # 0.1.0 == 0.1, as PEP 440 pads with zeros
+    return tuple(numbers)
+
+
+def _compare(installed: tuple[int, ...], op: str, bound: tuple[int, ...]) -> bool:
+    if op == ">=":
+        return installed >= bound
+    if op == "<=":
+        return installed <= bound
+    if op == "<":
+        return installed < bound
+    if op == ">":
+        return installed > bound
+    if op == "==":
+        return installed == bound
+    return installed != bound
+
+
+def _core_requirement(requires: list[str]) -> SpecifierSet | _ReleaseRange | None:
+    """The specifier of the requirement on ``core`` (packaging is imported only for unusual forms)."""
     for line in requires:
         match = _REQUIREMENT_NAME.match(line)
         if match is None or canonicalize_name(match.group(1)) != CORE_DISTRIBUTION:
             continue  # cheap pre-filter: most requirements are not on core
         rest = line[match.end() :].strip()
         if not any(c in rest for c in ";[@("):  # the usual "core>=0.1,<0.2": no marker, extra or URL
+            plain = _ReleaseRange.parse(rest) if rest else None
+            if plain is not None:
+                return plain
             from packaging.specifiers import InvalidSpecifier, SpecifierSet
 
             try:
@@ -304,16 +371,21 @@ def _core_requirement(requires: list[str]) -> SpecifierSet | None:
     return None
 
 
-def _incompatibility(name: str, version: str, requirement: SpecifierSet | None, core: str) -> str:
+def _incompatibility(name: str, version: str, requirement: SpecifierSet | _ReleaseRange | None, core: str) -> str:
     if requirement is None or not str(requirement):
         return ""
-    from packaging.version import InvalidVersion, Version
+    satisfied = requirement.contains(core) if isinstance(requirement, _ReleaseRange) else None
+    if satisfied is None:  # an unusual specifier, or a development or pre-release core: packaging's PEP 440 rules
+        from packaging.specifiers import SpecifierSet
+        from packaging.version import InvalidVersion, Version
 
-    try:
-        installed = Version(core)
-    except InvalidVersion:
-        return ""
-    if requirement.contains(installed, prereleases=True):
+        try:
+            installed = Version(core)
+        except InvalidVersion:
+            return ""
+        specifier = SpecifierSet(str(requirement)) if isinstance(requirement, _ReleaseRange) else requirement
+        satisfied = specifier.contains(installed, prereleases=True)
+    if satisfied:
         return ""
     return (
         f"{name} {version} requires core{requirement}, but core {core} is installed. "

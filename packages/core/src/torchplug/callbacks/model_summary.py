@@ -7,7 +7,6 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import override
 
 from torchplug.callbacks.callback import Callback
-from torchplug.utilities.model_summary import format_summary_table, summarize
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -50,6 +49,9 @@ class ModelSummary(Callback):
         """Build the summary and print it (global rank 0)."""
         if not self.max_depth or not trainer.is_global_zero:
             return
+        # Imported here: torch's FLOP counter, which the summary uses, is not part of Trainer()'s start-up.
+        from torchplug.utilities.model_summary import summarize
+
         example = module.example_input_array
         if example is None:
             summary = summarize(module, self.max_depth)
@@ -80,6 +82,8 @@ class ModelSummary(Callback):
         **summarize_kwargs: Any,
     ) -> None:
         """Print the summary (override to show it another way; :class:`RichModelSummary` does)."""
+        from torchplug.utilities.model_summary import format_summary_table
+
         print(
             format_summary_table(
                 total_parameters=total_parameters,

@@ -11,19 +11,19 @@ profiler, nothing is wrapped and nothing costs a call.
 from __future__ import annotations
 
 import contextlib
-import cProfile
 import functools
 import io
-import marshal
 import os
-import pstats
 import time
 from collections import defaultdict
 from collections.abc import Callable, Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from torchplug._errors import MisconfigurationError
 from torchplug.utilities.rank_zero import log
+
+if TYPE_CHECKING:
+    import cProfile  # imported when an AdvancedProfiler starts: cProfile and pstats are not start-up's
 
 __all__ = ["AdvancedProfiler", "PassThroughProfiler", "Profiler", "SimpleProfiler", "build_profiler"]
 
@@ -196,6 +196,8 @@ class AdvancedProfiler(Profiler):
 
     def start(self, action_name: str) -> None:
         """Start the action's cProfile."""
+        import cProfile
+
         self.profiled_actions.setdefault(action_name, cProfile.Profile()).enable()
 
     def stop(self, action_name: str) -> None:
@@ -207,6 +209,8 @@ class AdvancedProfiler(Profiler):
 
     def summary(self) -> str:
         """Each action's statistics, by cumulative time."""
+        import pstats
+
         parts = []
         for name, profile in self.profiled_actions.items():
             out = io.StringIO()
@@ -230,6 +234,8 @@ class AdvancedProfiler(Profiler):
     def _dump(self) -> None:
         directory = self.dirpath or self._log_dir
         assert directory is not None, "setup() refused a profiler with nowhere to write"
+        import marshal
+
         import fsspec
 
         rank = f"-{self._local_rank}" if self._local_rank else ""
