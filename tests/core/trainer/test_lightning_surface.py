@@ -256,7 +256,7 @@ def test_the_advanced_profiler_dumps_each_actions_raw_statistics(tmp_path):
     assert stats.total_calls > 0  # type: ignore[attr-defined]
 
 
-def test_the_pytorch_profiler_writes_a_chrome_trace_and_groups_by_input_shapes(tmp_path, capsys):
+def test_the_pytorch_profiler_writes_a_chrome_trace_and_groups_by_input_shapes(tmp_path, torchplug_log):
     import json
 
     from torchplug.profilers import PyTorchProfiler
@@ -266,7 +266,7 @@ def test_the_pytorch_profiler_writes_a_chrome_trace_and_groups_by_input_shapes(t
     assert profiler.trace_path == f"{tmp_path}/fit-pytorch.pt.trace.json"
     events = json.loads((tmp_path / "fit-pytorch.pt.trace.json").read_text())["traceEvents"]
     assert any(event.get("name") == "run_training_batch" for event in events)
-    assert "Input Shapes" in capsys.readouterr().out
+    assert "Input Shapes" in torchplug_log.text  # the report is logged, as Lightning logs it
 
 
 @pytest.mark.parametrize(
