@@ -9,6 +9,7 @@ call the hooks in the same order, whatever hooks are overridden.
 from __future__ import annotations
 
 import itertools
+import re
 from typing import Any
 
 import pytest
@@ -16,6 +17,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchplug
+from torchplug._errors import MisconfigurationError
 
 _HOOKS = ("on_before_zero_grad", "on_before_backward", "on_after_backward", "on_before_optimizer_step")
 
@@ -108,3 +110,21 @@ def test_a_closure_calling_optimizer_gets_the_step_body_once_per_step():
     _train(module)
     # LBFGS calls the closure up to max_iter times per step: the forward runs inside it, each time.
     assert module.calls.count("training_step") > 10
+
+
+@pytest.mark.parametrize("shape", [(4,), (2, 3)], ids=["vector", "matrix"])
+def test_a_loss_that_is_not_one_number_is_refused_naming_its_shape_and_the_hook(shape):
+    class Unreduced(torchplug.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(6, 1)
+
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            x, _ = batch
+            return self.layer(x).sum() * torch.ones(shape)  # forgot the reduction
+
+        def configure_optimizers(self) -> torch.optim.Optimizer:
+            return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    with pytest.raises(MisconfigurationError, match=rf"training_step returned a loss of shape {re.escape(str(shape))}"):
+        _train(Unreduced())

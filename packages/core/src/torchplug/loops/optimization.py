@@ -247,10 +247,14 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
         if loss is not None:
             for hook in before_backward:
                 hook(loss)
-            if backward is None:
-                loss.backward()
-            else:
-                backward(loss)
+            try:  # free when nothing is raised: the loss's shape is looked at only when backward refuses it
+                if backward is None:
+                    loss.backward()
+                else:
+                    backward(loss)
+            except RuntimeError as exc:
+                _refuse_non_scalar(loss, exc)
+                raise
             for hook in after_backward:
                 hook()
             if skipping is not None:
@@ -290,6 +294,22 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
         return _outputs(output, loss) if wants_outputs else None
 
     return run_batch
+
+
+def _refuse_non_scalar(loss: _Tensor, exc: RuntimeError) -> None:
+    """Raise a usage error naming the loss's shape when backward failed because the loss is not one number.
+
+    Raises:
+        MisconfigurationError: ``loss`` has more than one element (torch says only "grad can be
+            implicitly created only for scalar outputs").
+    """
+    if loss.numel() == 1:
+        return
+    raise MisconfigurationError(
+        f"training_step returned a loss of shape {tuple(loss.shape)}, not a single number: backward needs a scalar "
+        "loss. Hint: reduce it in training_step, for example loss.mean() or loss.sum() (or reduction='mean' in the "
+        "loss function)."
+    ) from exc
 
 
 def _outputs(output: Any, loss: _Tensor | None) -> dict[str, Any]:
