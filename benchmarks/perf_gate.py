@@ -12,8 +12,9 @@ only, see ``_callgrind.py``: no other process on the host can change them):
     import_torchplug ``import torchplug`` in a fresh interpreter
     startup_trainer  ``import torchplug; torchplug.Trainer()`` after ``import torch``
     plugins_list     ``core plugins list`` (every first-party package must be installed)
-    checkpoint_save  ``TorchCheckpointIO.save_checkpoint`` of a small model's checkpoint, minus
-                     ``torch.save`` of its state_dict, in the same process
+
+Not gated yet: ``TorchCheckpointIO.save`` over ``torch.save`` (the region counts came back wrapped
+past 2**64 when the save ran; ``checkpoint_save.py`` measures it in wall-clock time meanwhile).
 
 A figure fails when it exceeds its baseline by more than its tolerance: the larger of
 ``tolerance`` (a share of the baseline, 2% unless the baseline file says otherwise) and
@@ -21,7 +22,8 @@ A figure fails when it exceeds its baseline by more than its tolerance: the larg
 differences of two large counts). The message gives the figure, the baseline, the delta and the
 command that measures it with wall-clock figures beside it.
 
-How to run it (from the repository root; CI runs it in ``tox -e perf``)::
+How to run it (from the repository root, or ``tox -e perf``, which installs every first-party
+package; not in CI's default run yet: see README's test section)::
 
     python benchmarks/perf_gate.py                       # judge against benchmarks/gate/baselines.json
     python benchmarks/perf_gate.py --only step_lean,import_torchplug
@@ -72,7 +74,6 @@ FIGURES: Final = {
     "import_torchplug": ("import torchplug", "startup.py"),
     "startup_trainer": ("import torchplug + Trainer() after import torch", "startup.py"),
     "plugins_list": ("core plugins list, first-party packages installed", "plugins_list.py"),
-    "checkpoint_save": ("TorchCheckpointIO.save over torch.save, small model", "checkpoint_save.py"),
 }
 
 REGION: Final = "from _callgrind import region\n"
@@ -96,18 +97,6 @@ CHILD_CODE: Final = {
         with region('startup_trainer'):
             import torchplug
             torchplug.Trainer()
-        from torchplug.io.torch_io import TorchCheckpointIO
-        torch.manual_seed(0)
-        model = torch.nn.Sequential(torch.nn.Linear(32, 64), torch.nn.ReLU(), torch.nn.Linear(64, 1))
-        checkpoint = {'state_dict': model.state_dict(), 'epoch': 1, 'global_step': 10}
-        io = TorchCheckpointIO()
-        for _ in range(2):  # the first of each is a warm-up: lazy imports, first allocations
-            torch.save(model.state_dict(), 'raw.pt')
-            io.save_checkpoint(checkpoint, 'io.ckpt')
-        with region('torch.save'):
-            torch.save(model.state_dict(), 'raw.pt')
-        with region('TorchCheckpointIO.save'):
-            io.save_checkpoint(checkpoint, 'io.ckpt')
         """
     ),
 }
@@ -226,13 +215,8 @@ def measure_others(names: Sequence[str]) -> dict[str, float]:
     """The figures that are not steps, each from its own fresh child."""
     figures: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="torchplug-gate-") as tmp:
-        children = {"checkpoint_save": "startup_trainer"}
-        for child in dict.fromkeys(children.get(n, n) for n in names):
-            counts = run_code(child, Path(tmp))
-            if child in names:
-                figures[child] = counts[child]
-            if child == "startup_trainer" and "checkpoint_save" in names:
-                figures["checkpoint_save"] = counts["TorchCheckpointIO.save"] - counts["torch.save"]
+        for child in names:
+            figures[child] = run_code(child, Path(tmp))[child]
     return figures
 
 
