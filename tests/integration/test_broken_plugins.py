@@ -161,8 +161,8 @@ def test_show_a_broken_name_exits_1_with_its_traceback(zoo: Scenario, wheel_buil
     lines = [" ".join(line.split()) for line in result.stdout.splitlines()]
     assert "status broken (RuntimeError: npu driver handshake failed (error 0x2a))" in lines
     assert f"plugin 'npu' from vendor-hookerror {version}: broken" in lines
-    assert "raise RuntimeError(MESSAGE)" in lines  # the traceback reaches into the plugin's hook
-    assert "RuntimeError: npu driver handshake failed (error 0x2a)" in lines
+    assert "| raise RuntimeError(MESSAGE)" in lines  # the traceback reaches into the plugin's hook, behind the gutter
+    assert "| RuntimeError: npu driver handshake failed (error 0x2a)" in lines
 
 
 @pytest.mark.parametrize(
