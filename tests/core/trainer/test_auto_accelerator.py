@@ -169,13 +169,14 @@ def test_an_installed_accelerator_without_a_device_is_logged_not_warned(
 
     assert choice.winner.name == "cpu"
     assert _messages(caught) == []
-    assert [(r.levelname, r.getMessage()) for r in caplog.records if "absent" in r.getMessage()] == [
+    # A set: where the logger also propagates to caplog's root handler, the one record is seen twice.
+    assert {(r.levelname, r.getMessage()) for r in caplog.records if "absent" in r.getMessage()} == {
         (
             "DEBUG",
             "accelerator='auto' skipped absent (vendor-a 1.0): unavailable: no Acme card found. Hint: pip "
             "install acme-driver",
         )
-    ]
+    }
     assert "absent (vendor-a 1.0): skipped, unavailable: no Acme card found. Hint: pip install acme-driver" in (
         choice.details
     )

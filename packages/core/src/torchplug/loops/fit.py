@@ -100,7 +100,7 @@ class FitLoop:
         preemption: PreemptionWatch,
         profiler: Profiler,
         signals: SignalStop | None = None,
-        ckpt_path: Callable[[], str | None] = lambda: None,
+        ckpt_path: Callable[[], str | None] | None = None,
     ) -> None:
         self._run = run
         self._strategy = strategy
@@ -462,7 +462,8 @@ class FitLoop:
 
     def _warn_nothing_left(self) -> None:
         """fit() starts where its limits are already reached (a checkpoint of a finished run): it trains nothing."""
-        config, progress, ckpt_path = self._run.config, self.progress, self._ckpt_path()
+        config, progress = self._run.config, self.progress
+        ckpt_path = self._ckpt_path() if self._ckpt_path is not None else None
         if config.max_steps != -1 and progress.global_step >= config.max_steps:
             reached = f"max_steps={config.max_steps} is already reached"
         elif config.max_epochs not in (None, -1) and progress.epoch >= config.max_epochs:

@@ -269,7 +269,7 @@ class Trainer(TrainerProperties):
             preemption=self._preemption,
             profiler=self.profiler,
             signals=self._signals,
-            ckpt_path=lambda: self._checkpoints.ckpt_path,
+            ckpt_path=self._resumed_from,  # a bound method: ddp_spawn pickles the Trainer
         )
         stepped = self._stepped_batches
         self.validate_loop = EvaluationLoop(
@@ -293,6 +293,9 @@ class Trainer(TrainerProperties):
         from torchplug.callbacks.prediction_writer import BasePredictionWriter  # only a predict() needs it
 
         return [c for c in self.callbacks if isinstance(c, BasePredictionWriter)]
+
+    def _resumed_from(self) -> str | None:
+        return self._checkpoints.ckpt_path
 
     def _stepped_batches(self) -> int:
         return self.fit_loop.progress.stepped_batches
