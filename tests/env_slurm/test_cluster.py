@@ -151,7 +151,12 @@ def test_srun_job_reaches_the_weights_of_one_process_on_the_same_global_batch(
         out = tmp_path
         assert report(out, 0)["strategy"] == "FSDPStrategy"
         last = out / "root" / "checkpoints" / "last.ckpt"
-        assert sorted(p.name for p in last.iterdir()) == [".metadata", "__0_0.distcp", "__1_0.distcp"]
+        assert sorted(p.name for p in last.iterdir()) == [
+            ".metadata",
+            ".torchplug-digest",
+            "__0_0.distcp",
+            "__1_0.distcp",
+        ]
     expected = one_process_reference()
     for rank in (0, 1):
         actual = weights(out, rank)

@@ -77,8 +77,9 @@ def test_every_process_writes_its_own_shards(written: Written) -> None:
     assert names == sorted([f"epoch={s // 5}-step={s}.ckpt" for s in range(1, STEPS + 1)] + ["last.ckpt"])
     last = checkpoint(out, "last.ckpt")
     files = sorted(p.name for p in last.iterdir())
-    assert files == [".metadata", "__0_0.distcp", "__1_0.distcp"]  # one data file per process
-    sizes = [(last / f).stat().st_size for f in files[1:]]
+    # one data file per process, the metadata, and the digest of the metadata (verified on load)
+    assert files == [".metadata", ".torchplug-digest", "__0_0.distcp", "__1_0.distcp"]
+    sizes = [(last / f).stat().st_size for f in files if f.endswith(".distcp")]
     assert min(sizes) > 0.5 * max(sizes)  # the shards, not everything on rank 0
     assert not list(out.rglob(".*.tmp-*")), "a temporary directory was left behind"
     assert not result.leftovers
