@@ -170,7 +170,7 @@ class Runner:
         if trainer.deterministic is not None:
             apply_deterministic(trainer.deterministic, trainer.accelerator)
         apply_benchmark(trainer.benchmark, trainer.deterministic, trainer.accelerator)
-        trainer._logging.refuse_unwritable_dirs()
+        self._logging.refuse_unwritable_dirs()
         trainer.profiler.setup(stage, strategy.local_rank, trainer.log_dir)
         self._hooks.profiler = trainer.profiler
         results = self._logging.reset_results()
