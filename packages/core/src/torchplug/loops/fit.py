@@ -620,8 +620,9 @@ class FitLoop:
         def run_batch(batch: Any, batch_idx: int, is_last: bool) -> bool | None:
             batch = transfer(batch)
             results.current_batch = batch
-            for hook in callbacks_start:
-                hook(batch, batch_idx)
+            if callbacks_start:  # an empty loop still builds an iterator per batch
+                for hook in callbacks_start:
+                    hook(batch, batch_idx)
             if module_start is not None and module_start(batch, batch_idx) == -1:
                 return None
             should_step = accumulate == 1 or is_last or (batch_idx + 1) % accumulate == 0
@@ -634,8 +635,9 @@ class FitLoop:
                 schedulers.step("step", batch_idx, plateau=False)
             if epoch_schedulers and is_last:
                 schedulers.step("epoch", batch_idx, plateau=False)
-            for hook in on_end:
-                hook(outputs, batch, batch_idx)
+            if on_end:
+                for hook in on_end:
+                    hook(outputs, batch, batch_idx)
             return should_step
 
         return run_batch

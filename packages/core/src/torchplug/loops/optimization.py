@@ -226,6 +226,8 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
     skipping = loop.loss_check if loop.loss_check.mode == "skip" else None  # nonfinite_loss="skip"
     inline = step_hook is None and stepper.direct and not calls_closure_itself(optimizer)
     no_backward_sync = strategy.no_backward_sync
+    # The hook loops below are guarded by the lists' truth: iterating an empty list still builds an
+    # iterator object per step, which the instruction gate counts.
 
     def closure_body(batch: Any, batch_idx: int, stepping: bool) -> tuple[Any, _Tensor | None]:
         """Forward, zero_grad (first batch of a window), backward and, when ``stepping``, the pre-step work."""
@@ -238,15 +240,17 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
         else:
             zeroes = True
         if zeroes:
-            for hook in before_zero_grad:
-                hook(optimizer)
+            if before_zero_grad:
+                for hook in before_zero_grad:
+                    hook(optimizer)
             if zero_grad_hook is not None:
                 zero_grad_hook(progress.epoch, batch_idx, optimizer)
             else:
                 zero_grad()
         if loss is not None:
-            for hook in before_backward:
-                hook(loss)
+            if before_backward:
+                for hook in before_backward:
+                    hook(loss)
             try:  # free when nothing is raised: the loss's shape is looked at only when backward refuses it
                 if backward is None:
                     loss.backward()
@@ -255,16 +259,18 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
             except RuntimeError as exc:
                 _refuse_non_scalar(loss, exc)
                 raise
-            for hook in after_backward:
-                hook()
+            if after_backward:
+                for hook in after_backward:
+                    hook()
             if skipping is not None:
                 skipping.note(loss)
         if not stepping or (skipping is not None and skipping.drop_step(optimizer)):
             return output, loss  # dropped: no gradients left, the optimizer (and a loss scaler) skip the step
         if unscale is not None:  # the hooks and the clipping see the true gradients
             unscale()
-        for hook in before_step:
-            hook(optimizer)
+        if before_step:
+            for hook in before_step:
+                hook(optimizer)
         if clip is not None:
             clip()
         return output, loss
