@@ -21,6 +21,7 @@ class MemoryLogger(Logger):
 
     def __init__(self) -> None:
         self.rows: list[tuple[int, dict[str, float]]] = []
+        self.ended: list[str] = []
 
     @property
     def name(self) -> str:
@@ -32,6 +33,9 @@ class MemoryLogger(Logger):
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         self.rows.append((step, dict(metrics)))
+
+    def finalize(self, status: str) -> None:
+        self.ended.append(status)
 
     def steps_of(self, key: str) -> list[int]:
         return [step for step, row in self.rows if key in row]
@@ -416,3 +420,18 @@ def test_self_loggers() -> None:
 
     torchplug.Trainer(**quiet(logger=[first, second], max_steps=1)).fit(Reads())
     assert seen == [[first, second]]
+
+
+class Predicts(Logs):
+    def predict_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        return self.layer(batch[0])
+
+    def predict_dataloader(self) -> DataLoader[Any]:
+        return DataLoader(data(8), batch_size=8)
+
+
+@pytest.mark.parametrize("stage", ["fit", "validate", "test", "predict"])
+def test_every_stage_ends_the_loggers_run_as_lightning_does(stage: str) -> None:
+    logger = MemoryLogger()
+    getattr(torchplug.Trainer(**quiet(logger=logger, max_steps=1)), stage)(Predicts())
+    assert logger.ended == ["success"]

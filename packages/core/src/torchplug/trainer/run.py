@@ -284,10 +284,13 @@ class Runner:
             trainer.module.zero_grad()
             if fn is TrainerFn.PREDICTING:
                 predictions = trainer.predict_loop.run(loaders, limits, keep)
+                self._logging.finalize("success")
                 return (predictions[0] if len(predictions) == 1 else predictions) if keep else None
             loop = trainer.validate_loop if fn is TrainerFn.VALIDATING else trainer.test_loop
             results = loop.run(loaders, limits)
-            self._logging.save()
+            # Every stage ends its loggers' runs, as in Lightning: a tracker's run opened for a validate
+            # alone must not stay open (a later stage opens it again).
+            self._logging.finalize("success")
             if verbose and trainer.is_global_zero:
                 print_results(results, fn.value)
             return results
