@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import os
 import re
+import sys
 import tempfile
 import time
 from collections.abc import Iterable, Mapping
@@ -14,7 +16,7 @@ from typing_extensions import Self, override
 
 from torchplug import MisconfigurationError
 from torchplug.loggers.logger import Logger, flatten_params, metric_value
-from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug.utilities.rank_zero import log, rank_zero_warn
 from torchplug_mlflow._vendor import import_mlflow
 
 if TYPE_CHECKING:
@@ -32,12 +34,20 @@ RUN_STATUS: Final = {"success": "FINISHED", "failed": "FAILED", "interrupted": "
 
 _KEY_ALLOWED: Final = re.compile(r"[^\w\-. :/]")
 
+#: Runs this process set to ``RUNNING`` (started, or reopened from another status) and has not ended yet,
+#: by (tracking URI, run id): the end of the process ends them (``_end_open_runs``). Kept by id, not by
+#: logger, so a run stays known when its logger is garbage-collected.
+_OPEN_RUNS: dict[tuple[str, str], Any] = {}
+
 
 class MLFlowLogger(Logger):
     """Log to an MLflow tracking store: a local sqlite file, a database, or a tracking server.
 
     The client is created and the run started (or resumed) on first use, from global rank 0 only;
-    ``mlflow`` is imported then. The run ends with the fit: ``FINISHED``, ``FAILED`` or ``KILLED``.
+    ``mlflow`` is imported then. The run ends with each stage (``fit``, ``validate``, ``test``,
+    ``predict``): ``FINISHED``, ``FAILED`` or ``KILLED``; a later stage reopens it. A run the logger
+    started or reopened and that no stage ended (only ``logger.experiment`` was used) ends with the
+    process: ``FINISHED``, or ``FAILED``/``KILLED`` when an exception or Ctrl+C ended it.
 
     Example:
         >>> trainer = Trainer(logger=MLFlowLogger(experiment_name="mnist", tracking_uri="http://127.0.0.1:5000"))
@@ -62,7 +72,8 @@ class MLFlowLogger(Logger):
             database of a ``sqlite:///`` store, so the default store keeps them in ``<save_dir>/artifacts``;
             the server's or store's choice otherwise).
         run_id: Resume this run: metrics, parameters and artifacts are added to it (its steps go on
-            where a checkpoint resumed with ``fit(ckpt_path=...)`` left off).
+            where a checkpoint resumed with ``fit(ckpt_path=...)`` left off). It is set back to
+            ``RUNNING`` when something is written to it, not when ``version`` or ``name`` is read.
         synchronous: Passed to MLflow's ``log_batch``: False logs in MLflow's background thread
             (None: MLflow's default, ``MLFLOW_ENABLE_ASYNC_LOGGING``).
 
@@ -100,8 +111,8 @@ class MLFlowLogger(Logger):
         self._prefix = prefix
         self._artifact_location = artifact_location
         self._run_id = run_id
-        self._resuming = run_id is not None
         self._experiment_id: str | None = None
+        self._open = False  # the run is RUNNING for this logger: written to since the last finalize
         self._synchronous = synchronous
         self._client: Any = None
         self._checkpoint_callback: ModelCheckpoint | None = None
@@ -125,16 +136,23 @@ class MLFlowLogger(Logger):
         Example:
             >>> logger.experiment.log_text(logger.run_id, "notes", "notes.txt")
         """
-        if self._client is None:
-            client = import_mlflow().MlflowClient(self._tracking_uri)
-            if self._run_id is not None:
-                self._attach(client)
-            else:
+        client = self._connect()
+        if not self._open:
+            if self._run_id is None:
                 self._start(client)
-            self._client = client
+            else:
+                self._reopen(client)
+            self._open = True
+        return client
+
+    def _connect(self) -> Any:
+        """The client of the store, made once; the run is neither started nor reopened."""
+        if self._client is None:
+            self._client = import_mlflow().MlflowClient(self._tracking_uri)
         return self._client
 
-    def _attach(self, client: Any) -> None:
+    def _look_up(self, client: Any) -> Any:
+        """The run given as ``run_id``, its experiment noted; an error saying so when the store has none."""
         exceptions = import_mlflow("mlflow.exceptions")
         assert self._run_id is not None
         try:
@@ -145,9 +163,14 @@ class MLFlowLogger(Logger):
                 "Hint: pass the run_id of a run of this store (logger.run_id of the run to resume), or None."
             ) from exc
         self._experiment_id = run.info.experiment_id
-        if self._resuming and run.info.status != "RUNNING":
+        return run
+
+    def _reopen(self, client: Any) -> None:
+        """Set the run back to ``RUNNING`` to write to it; one already running is someone's, left to them at exit."""
+        assert self._run_id is not None
+        if self._look_up(client).info.status != "RUNNING":
             client.update_run(self._run_id, status="RUNNING")
-        self._resuming = False
+            _end_at_exit(self._tracking_uri, self._run_id, client)
 
     def _start(self, client: Any) -> None:
         experiment = client.get_experiment_by_name(self._experiment_name)
@@ -163,18 +186,27 @@ class MLFlowLogger(Logger):
             tags = resolve(tags)
         run = client.create_run(self._experiment_id, tags=tags, run_name=self._run_name)
         self._run_id = run.info.run_id
+        _end_at_exit(self._tracking_uri, self._run_id, client)
 
     @property
     def run_id(self) -> str:
-        """The run's id (the run starts on first use): give it to ``MLFlowLogger(run_id=...)`` to resume it."""
-        self.experiment  # noqa: B018  (starts the run)
+        """The run's id: give it to ``MLFlowLogger(run_id=...)`` to resume it.
+
+        Reading it starts a new run when none was given; a run given as ``run_id`` is left as it is.
+        """
+        if self._run_id is None:
+            self.experiment  # noqa: B018  (starts the run)
         assert self._run_id is not None
         return self._run_id
 
     @property
     def experiment_id(self) -> str:
-        """The experiment's id."""
-        self.experiment  # noqa: B018  (starts the run)
+        """The experiment's id (reading it starts a new run when none was given, as :attr:`run_id`)."""
+        if self._experiment_id is None:
+            if self._run_id is None:
+                self.experiment  # noqa: B018  (starts the run)
+            else:
+                self._look_up(self._connect())
         assert self._experiment_id is not None
         return self._experiment_id
 
@@ -307,13 +339,16 @@ class MLFlowLogger(Logger):
     def finalize(self, status: str) -> None:
         """Upload the checkpoints (``log_model``) and end the run with the status MLflow knows for ``status``.
 
-        Nothing happens for a run that never started (nothing was logged).
+        Called at the end of each stage. Nothing happens for a run nothing was written to since the
+        last call (a new run that never started, a resumed run only read).
         """
-        if self._client is None:
+        if not self._open:
             return
         if self._log_model and self._checkpoint_callback is not None and status == "success":
             self._upload_checkpoints(self._checkpoint_callback, final=True)
-        self._client.set_terminated(self.run_id, RUN_STATUS.get(status, "FINISHED"))
+        self._connect().set_terminated(self.run_id, RUN_STATUS.get(status, "FINISHED"))
+        self._open = False
+        _OPEN_RUNS.pop((self._tracking_uri, self.run_id), None)
 
     def __getstate__(self) -> dict[str, Any]:
         """Pickle without the client: a copy makes its own and goes on logging to the same run."""
@@ -325,6 +360,40 @@ class MLFlowLogger(Logger):
     @override
     def __repr__(self) -> str:
         return f"MLFlowLogger(experiment_name={self._experiment_name!r}, tracking_uri={self._tracking_uri!r})"
+
+
+def _end_at_exit(tracking_uri: str, run_id: str, client: Any) -> None:
+    """Note a run this process set to ``RUNNING``: the end of the process ends it unless a stage did."""
+    _OPEN_RUNS[(tracking_uri, run_id)] = client
+
+
+def _end_open_runs() -> None:
+    """At the end of the process: end the runs it opened and left ``RUNNING``, as ``mlflow.end_run`` would.
+
+    ``FAILED`` when an uncaught exception ended the process, ``KILLED`` for Ctrl+C, ``FINISHED``
+    otherwise. A run that someone else ended meanwhile (another process's copy of the logger) is
+    left as they ended it.
+    """
+    error = getattr(sys, "last_exc", None) or getattr(sys, "last_value", None)  # set for an uncaught exception
+    if isinstance(error, KeyboardInterrupt):
+        status = RUN_STATUS["interrupted"]
+    else:
+        status = RUN_STATUS["failed"] if error is not None else RUN_STATUS["success"]
+    runs = list(_OPEN_RUNS.items())
+    _OPEN_RUNS.clear()
+    for (tracking_uri, run_id), client in runs:
+        try:
+            if client.get_run(run_id).info.status == "RUNNING":
+                client.set_terminated(run_id, status)
+        except Exception as exc:  # the store may be gone at exit; the other runs still end
+            log.warning(
+                "MLFlowLogger: run %s in %s was left RUNNING: ending it at exit failed: %r", run_id, tracking_uri, exc
+            )
+
+
+# Registered when this module is imported, before mlflow is: exit hooks run last-registered first, so
+# this one runs after mlflow's own (its asynchronous logging queue is flushed by then).
+atexit.register(_end_open_runs)
 
 
 def _checkpoints(callback: ModelCheckpoint) -> dict[str, dict[str, Any]]:
