@@ -36,6 +36,26 @@ def test_finds_the_largest_size_that_fits(make_trainer, mode, kwargs, found):
     assert trainer.global_step == 0
 
 
+@pytest.mark.parametrize(
+    ("mode", "init_val"),
+    [("power", 2), ("binsearch", 2), ("binsearch", 300)],
+    ids=["power", "binsearch", "start-above"],
+)
+def test_the_size_found_never_exceeds_the_training_samples(make_trainer, mode, init_val):
+    model = Regression(samples=100)  # memory never runs out: only the data limits the size
+    size = Tuner(make_trainer()).scale_batch_size(model, mode=mode, init_val=init_val)
+
+    assert size == 100 == model.batch_size  # one batch covers the data; no margin, since memory never ran out
+    assert max(model.batch_sizes_seen) == 100  # no trial asked for more samples than there are
+
+
+@pytest.mark.parametrize(("mode", "found"), [("power", 64), ("binsearch", 99)])
+def test_running_out_of_memory_at_the_training_sets_length_bisects_below_it(make_trainer, mode, found):
+    model = Regression(samples=100, memory=99)  # the whole set in one batch is one sample too many
+    size = Tuner(make_trainer()).scale_batch_size(model, mode=mode, margin=0.0)
+    assert size == found == model.batch_size
+
+
 def test_then_fit_uses_the_size(make_trainer):
     model = Regression(memory=37)
     trainer = make_trainer(max_epochs=1)

@@ -24,8 +24,9 @@ class BatchSizeFinder(Callback):
     ``train_dataloader()``/``val_dataloader()``: each trial sets it, rebuilds the loaders and
     trains ``steps_per_trial`` steps. ``"power"`` doubles the size until a step runs out of memory
     and keeps the last that fit; ``"binsearch"`` then bisects, and gives back ``margin`` of the
-    result. Afterwards the model, optimizer, loop and random state are as before, and the fit
-    proceeds with the size found. Runs in one process only (not under DDP).
+    result. No size exceeds the training set's length: a batch that covers it ends the search
+    (and takes no margin off). Afterwards the model, optimizer, loop and random state are as
+    before, and the fit proceeds with the size found. Runs in one process only (not under DDP).
 
     Example:
         >>> Trainer(callbacks=[BatchSizeFinder(mode="binsearch", init_val=16)])
@@ -37,7 +38,7 @@ class BatchSizeFinder(Callback):
         max_trials: At most this many successful trials.
         batch_arg_name: The attribute or hyperparameter that holds the batch size.
         margin: ``binsearch``: the fraction given back for safety (0.05 by default).
-        max_val: Never try more than this.
+        max_val: Never try more than this, nor more than the training set's length.
 
     Attributes:
         optimal_batch_size: The size found by the last search (``init_val`` before).

@@ -3,8 +3,9 @@
 :func:`scale_batch_size` runs inside a fit (from a callback's hook, once the optimizers exist):
 it saves a checkpoint, sets the module's (or DataModule's) ``batch_size``, rebuilds the
 dataloaders and trains ``steps_per_trial`` steps, growing the size until a step runs out of
-memory; then it restores everything from the checkpoint but the size found, with which the
-dataloaders are built once more.
+memory or one batch covers the training set (no size is larger than the training set); then it
+restores everything from the checkpoint but the size found, with which the dataloaders are built
+once more.
 """
 
 from __future__ import annotations
@@ -63,22 +64,49 @@ class _Search:
     def size(self) -> int:
         return int(get_attr(self.module, self.name, self.trainer))
 
-    def set(self, size: int, why: str | None = None) -> tuple[int, bool]:
-        """Set the batch size (at most ``max_val``) and rebuild the loaders; return it and whether it changed."""
-        current = self.size
+    def samples(self) -> int | None:
+        """The training set's length, once its loader is built (None before, or for a dataset without one)."""
         dataset = getattr(self.trainer.train_dataloader, "dataset", None)
-        if why is not None and isinstance(dataset, Sized) and current >= len(dataset):
-            rank_zero_info(f"The batch size {current} is at least the length of the dataset ({len(dataset)}).")
+        return len(dataset) if isinstance(dataset, Sized) else None
+
+    def covers_the_data(self, size: int) -> bool:
+        """Whether one batch of ``size`` holds the whole training set: no larger size is worth a trial."""
+        samples = self.samples()
+        return samples is not None and size >= samples
+
+    def set(self, size: int, why: str | None = None) -> tuple[int, bool]:
+        """Set the batch size (at most ``max_val`` and the training set's length) and rebuild the loaders.
+
+        Returns the size set and whether it changed; when the current size already covers the
+        training set, a larger one is not set (unchanged).
+        """
+        current = self.size
+        if why is not None and size > current and self.covers_the_data(current):
+            rank_zero_info(f"Batch size {current} covers the {self.samples()} training samples: the search ends there.")
             return current, False
         if size > self.max_val:
             rank_zero_info(f"Batch size {size} exceeds max_val={self.max_val}: {self.max_val} is tried instead.")
             size = self.max_val
-        size = max(size, 1)
+        size = self._at_most_the_data(max(size, 1))
         if why is not None:
             rank_zero_info(f"Batch size {current} {why}, trying batch size {size}")
+        self._apply(size)
+        first = self._at_most_the_data(size)  # before the first loaders, the training set's length was unknown
+        if first != size:
+            size = first
+            self._apply(size)
+        return size, size != current
+
+    def _at_most_the_data(self, size: int) -> int:
+        samples = self.samples()
+        if samples is not None and size > samples:
+            rank_zero_info(f"Batch size {size} exceeds the {samples} training samples: {samples} is tried instead.")
+            return samples
+        return size
+
+    def _apply(self, size: int) -> None:
         set_attr(self.module, self.name, size, self.trainer)
         self.trainer.fit_loop.reload_dataloaders()
-        return size, size != current
 
     def trial(self) -> bool:
         """Train ``steps`` steps at the current size from the saved starting point; False when memory ran out."""
@@ -155,6 +183,8 @@ def _binsearch(search: _Search, max_trials: int, margin: float) -> int:
         if not changed:
             break
     size = search.size
+    if search.covers_the_data(size):  # memory never ran out up to the whole training set: no edge to keep off
+        return size
     reduced = max(1, int(size * (1 - margin)))
     if reduced != size:
         rank_zero_info(f"Applying a margin of {margin:.1%}: batch size {size} becomes {reduced}.")
@@ -184,8 +214,10 @@ def scale_batch_size(
         max_trials: At most this many successful trials.
         batch_arg_name: The attribute (or hyperparameter) of the module or DataModule that the
             dataloader hooks read.
-        margin: ``binsearch`` only: give back this fraction of the size found, as a safety margin.
-        max_val: Never try more than this.
+        margin: ``binsearch`` only: give back this fraction of the size found, as a safety margin
+            (not when the size found covers the whole training set: memory never ran out).
+        max_val: Never try more than this. Nor more than the training set's length (when its
+            dataset has one): a batch that covers it ends the search.
 
     Returns:
         The size found (set on the module or DataModule), or None under ``fast_dev_run``.

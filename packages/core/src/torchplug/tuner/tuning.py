@@ -138,8 +138,9 @@ class Tuner:
             init_val: The first size tried.
             max_trials: At most this many successful trials.
             batch_arg_name: The attribute or hyperparameter that holds the batch size.
-            margin: ``binsearch``: the fraction given back for safety.
-            max_val: Never try more than this.
+            margin: ``binsearch``: the fraction given back for safety (not when the size found
+                covers the whole training set).
+            max_val: Never try more than this, nor more than the training set's length.
 
         Returns:
             The size found (also set on the model or DataModule), or None under ``fast_dev_run``.
