@@ -531,9 +531,17 @@ def test_fit_tune_batch_size_then_lr(core: Core, config: Path) -> None:
     result = core("fit", "--config", str(config), "--tune", "batch_size,lr")
     assert result.code == 0, result
     lines = [line for line in result.out.splitlines() if line.startswith("tune:")]
-    assert lines[0] == "tune: batch size 64"  # no memory limit here: the whole dataset
-    assert lines[1] == "tune: no learning rate suggested after 2 steps (too few; the model keeps its own)"
+    assert lines[0] == "tune: batch size 64"  # no memory limit here: the whole dataset, one batch an epoch
+    # The finder's 100 steps go on over 100 epochs of that one batch: max_epochs=2 bounds the fit, not the search
+    assert lines[1].startswith("tune: learning rate ") and lines[1].endswith("(suggested after 100 steps)")
     assert "fit: 2 epoch(s), 2 step(s)" in result.out
+
+
+def test_fit_tune_lr_without_training_batches_keeps_the_models_rate(core: Core, config: Path) -> None:
+    result = core("fit", "--config", str(config), "--tune", "lr", "--trainer.limit_train_batches=0")
+    assert result.code == 0, result
+    lines = [line for line in result.out.splitlines() if line.startswith("tune:")]
+    assert lines == ["tune: no learning rate suggested after 0 steps (too few; the model keeps its own)"]
 
 
 def test_fit_tune_rejects_an_unknown_item(core: Core, config: Path) -> None:

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import itertools
+import logging
 import sys
 
 import pytest
 import torch
 
-from tests.core.tuner.conftest import Regression, weights
+from tests.core.tuner.conftest import Regression, dataset, weights
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks import LambdaCallback, LearningRateFinder
 from torchplug.tuner import LRFinder, Tuner
@@ -59,6 +60,48 @@ def test_then_fit_trains_from_the_same_start_with_the_rate_found(make_trainer):
 def test_a_diverging_loss_ends_the_search_early(make_trainer):
     finder = Tuner(make_trainer()).lr_find(Regression(batch_size=16), min_lr=1e-3, max_lr=1e4, num_training=100)
     assert 5 < len(finder.results["loss"]) < 100
+
+
+def test_a_diverging_loss_is_named_as_the_reason_it_stopped(make_trainer, torchplug_log):
+    Tuner(make_trainer()).lr_find(Regression(batch_size=16), min_lr=1e-3, max_lr=1e4, num_training=100)
+    assert any("stopped after" in m and "the loss diverged" in m for m in torchplug_log.messages(logging.INFO))
+
+
+def test_the_range_test_goes_on_over_epochs_beyond_max_epochs(make_trainer, torchplug_log):
+    model = Regression(batch_size=512)  # 512 samples: one batch an epoch
+    trainer = make_trainer(max_epochs=1)
+    finder = Tuner(trainer).lr_find(model, num_training=30)
+
+    assert len(finder.results["loss"]) == 30  # 30 epochs of one batch: the steps asked for, as the data cycles
+    assert finder.suggestion() is not None
+    assert trainer.max_epochs == 1 and trainer.global_step == 0  # the fit's own limits are back
+    assert not any("stopped after" in m for m in torchplug_log.messages(logging.INFO))
+
+
+class _OneShot(torch.utils.data.IterableDataset):
+    """A stream that can be read once: 3 batches of 16 in the first epoch, none afterwards."""
+
+    def __init__(self) -> None:
+        self.left = iter(dataset(48))
+
+    def __iter__(self):
+        return self.left
+
+
+class OneShotStream(Regression):
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(_OneShot(), batch_size=16)
+
+
+def test_running_out_of_data_is_named_as_the_reason_with_how_to_get_more_steps(make_trainer):
+    with pytest.warns(UserWarning, match="learning rate finder ran") as warned:
+        finder = Tuner(make_trainer()).lr_find(OneShotStream(batch_size=16), num_training=30)
+    assert len(finder.results["loss"]) == 3
+    (message,) = [str(w.message) for w in warned if "learning rate finder ran" in str(w.message)]
+    assert "ran 3 of num_training=30 steps: the training data ran out" in message
+    assert "diverged" not in message
+    assert not any("max_epochs=-1" in str(w.message) for w in warned)  # the finder's own setting, not the user's
+    assert "more training data" in message and "smaller batch size" in message and "num_training=3" in message
 
 
 def test_linear_mode_and_update_attr_off(make_trainer):

@@ -4,6 +4,7 @@
 checkpoint, trains ``num_training`` steps with only its own callback, the learning rate rising
 from ``min_lr`` to ``max_lr``, then restores everything from the checkpoint (weights, optimizer,
 schedulers, loop, callbacks, random state) and removes it. Only what the test found remains.
+The steps go on over as many epochs as they need: the fit's ``max_epochs`` does not bound them.
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ from __future__ import annotations
 import importlib
 import os
 import uuid
+import warnings
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -186,6 +188,7 @@ class _LRCallback(Callback):
         self.losses: list[float] = []
         self.avg_loss = 0.0
         self.best_loss = 0.0
+        self.diverged = False
         self._show_bar = show_bar
         self._bar: Any = None
 
@@ -221,6 +224,7 @@ class _LRCallback(Callback):
         if trainer.world_size > 1:  # rank 0 decides, so that every process stops at the same step
             diverged = trainer.strategy.broadcast(diverged)
         if diverged:
+            self.diverged = True
             trainer.should_stop = True
         if smoothed < self.best_loss or step == 1:
             self.best_loss = smoothed
@@ -231,6 +235,28 @@ class _LRCallback(Callback):
         if self._bar is not None:
             self._bar.close()
             self._bar = None
+
+
+def _say_why_it_stopped(recorder: _LRCallback, steps: int, num_training: int, stop_requested: bool) -> None:
+    """Tell why the test ran fewer than ``num_training`` steps: the loss diverged, a stop request, or no more data."""
+    if steps >= num_training:
+        return
+    if recorder.diverged:
+        rank_zero_info(
+            f"The learning rate finder stopped after {steps} steps: the loss diverged (its smoothed value rose "
+            f"above early_stop_threshold={recorder.early_stop_threshold} times the lowest)."
+        )
+    elif stop_requested:
+        rank_zero_info(
+            f"The learning rate finder stopped after {steps} of num_training={num_training} steps: the model asked "
+            "the fit to stop (trainer.should_stop)."
+        )
+    else:
+        rank_zero_warn(
+            f"The learning rate finder ran {steps} of num_training={num_training} steps: the training data ran out "
+            "(an epoch brought no batch to step on). Hint: give more training data or a smaller batch size, or ask "
+            f"for as many steps as the data gives (num_training={steps})."
+        )
 
 
 def find_lr_attr(module: Module, trainer: Trainer, attr_name: str = "") -> str:
@@ -272,7 +298,8 @@ def lr_find(
         module: The module being fit.
         min_lr: The first learning rate.
         max_lr: The last one.
-        num_training: How many optimizer steps (one rate each).
+        num_training: How many optimizer steps (one rate each), over as many epochs as they take
+            (the fit's ``max_epochs`` does not cut them short).
         mode: ``"exponential"`` or ``"linear"`` growth.
         early_stop_threshold: Stop when the smoothed loss exceeds this times the best one (None: never).
         update_attr: Write the suggestion to the module's learning-rate attribute and to the
@@ -303,7 +330,7 @@ def lr_find(
     path = trainer.strategy.broadcast(os.path.join(trainer.default_root_dir, f".lr_find_{uuid.uuid4()}.ckpt"))
     rng = (capture_rng_states(), trainer.accelerator.get_rng_state())  # the test consumes no randomness of the fit
     trainer.save_checkpoint(path)
-    saved = (trainer.callbacks, trainer.loggers, trainer.lr_scheduler_configs, trainer.max_steps)
+    saved = (trainer.callbacks, trainer.loggers, trainer.lr_scheduler_configs, trainer.max_steps, trainer.max_epochs)
     bar = trainer.progress_bar_callback
     recorder = _LRCallback(num_training, early_stop_threshold, show_bar=bar is not None and bar.is_enabled)
     finished = False
@@ -316,14 +343,21 @@ def lr_find(
         trainer.callbacks = [recorder]
         trainer.loggers = []
         trainer.max_steps = trainer.global_step + num_training
+        # The range test needs its steps, not the fit's epochs: the data cycles until they are done (an
+        # epoch with no optimizer step still ends the loop, so a stream that runs dry cannot spin).
+        trainer.max_epochs = -1
         trainer.should_stop = False
-        trainer.fit_loop.run()
-        if len(recorder.losses) < num_training:
-            rank_zero_info(f"The learning rate finder stopped after {len(recorder.losses)} steps: the loss diverged.")
+        with warnings.catch_warnings():
+            # The loop's advice on a dry epoch names max_epochs=-1, which is the finder's, not the user's:
+            # _say_why_it_stopped tells it in the finder's terms.
+            warnings.filterwarnings("ignore", message=r"fit\(\) stopped after epoch \d+: the epoch took no optimizer")
+            trainer.fit_loop.run()
+        _say_why_it_stopped(recorder, len(recorder.losses), num_training, trainer.should_stop)
         finder.results = trainer.strategy.broadcast({"lr": recorder.lrs, "loss": recorder.losses})
         finished = True
     finally:
-        trainer.callbacks, trainer.loggers, trainer.lr_scheduler_configs, trainer.max_steps = saved
+        trainer.callbacks, trainer.loggers, trainer.lr_scheduler_configs, trainer.max_steps = saved[:4]
+        trainer.max_epochs = saved[4]
         trainer.restore_checkpoint(path)
         trainer.strategy.remove_checkpoint(path)
         trainer.fit_loop.restore(trainer.fit_loop.state_dict(), None, None)  # keep the random state restored below
