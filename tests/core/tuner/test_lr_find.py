@@ -78,6 +78,20 @@ def test_the_range_test_goes_on_over_epochs_beyond_max_epochs(make_trainer, torc
     assert not any("stopped after" in m for m in torchplug_log.messages(logging.INFO))
 
 
+class StopsItself(Regression):
+    def training_step(self, batch, batch_idx):
+        if self.global_step == 12:
+            self.trainer.should_stop = True
+        return super().training_step(batch, batch_idx)
+
+
+def test_a_stop_the_model_asked_for_is_named_as_the_reason(make_trainer, torchplug_log):
+    finder = Tuner(make_trainer()).lr_find(StopsItself(batch_size=16), num_training=30, update_attr=False)
+    assert len(finder.results["loss"]) == 13
+    (message,) = [m for m in torchplug_log.messages(logging.INFO) if "learning rate finder stopped" in m]
+    assert "stopped after 13 of num_training=30 steps: the model asked the fit to stop" in message
+
+
 class _OneShot(torch.utils.data.IterableDataset):
     """A stream that can be read once: 3 batches of 16 in the first epoch, none afterwards."""
 
