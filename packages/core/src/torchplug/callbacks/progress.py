@@ -101,9 +101,12 @@ class ProgressBar(Callback):
     # -- what a bar shows -----------------------------------------------------------------------
 
     def get_metrics(self, trainer: Trainer, module: Module) -> dict[str, Any]:
-        """What a bar shows beside the training progress: the last loss, the logger's version, ``prog_bar`` metrics.
+        """What a bar shows beside the training progress: the logger's version and the ``prog_bar`` metrics.
 
-        Called only when a bar is drawn, never per step. Override it to add or hide items::
+        ``v_num`` is the logger's version (the last four characters of a text version, such as a
+        run id); the loss appears when the model logs it with ``self.log(..., prog_bar=True)``,
+        under the name it was logged with. Called only when a bar is drawn, never per step.
+        Override it to add or hide items::
 
             def get_metrics(self, trainer, module):
                 items = super().get_metrics(trainer, module)
@@ -111,12 +114,10 @@ class ProgressBar(Callback):
                 return items
         """
         items: dict[str, Any] = {}
-        loss = trainer.fit_loop.last_loss
-        if loss is not None:
-            items["loss"] = f"{float(loss):.4g}"
         logger = trainer.logger
         if logger is not None:
-            items["v_num"] = logger.version
+            version = logger.version
+            items["v_num"] = version[-4:] if isinstance(version, str) else version
         for name, value in trainer.progress_bar_metrics.items():
             items[name] = f"{value:.4g}"
         return items

@@ -50,9 +50,9 @@ class TQDMProgressBar(ProgressBar):
     """Progress bars drawn with tqdm on global rank 0: the Trainer's default bar.
 
     During ``fit`` one bar per training epoch shows ``step/total``, the speed (it/s), the time
-    left, and in its postfix what :meth:`get_metrics` returns (the last loss, the logger's version
-    ``v_num`` and every metric logged with ``prog_bar=True``). Validation, the sanity check, test
-    and predict get their own bars.
+    left, and in its postfix what :meth:`get_metrics` returns (the logger's version ``v_num`` and
+    every metric logged with ``prog_bar=True``). Validation, the sanity check, test and predict
+    get their own bars.
 
     The bars appear only when their stream (stdout) is a terminal, so logs of batch jobs stay
     clean; ``force=True`` or the environment variable ``TORCHPLUG_PROGRESS_BAR=1`` shows them
