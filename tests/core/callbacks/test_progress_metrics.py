@@ -1,6 +1,7 @@
 """What the progress bars show beside the progress: the ``prog_bar=True`` metrics and ``v_num``, as in Lightning 2.x.
 
-Lightning 2.x adds no ``loss`` of its own (the model logs the loss it wants shown).
+Lightning 2.x adds no ``loss`` of its own (the model logs the loss it wants shown); a finished
+epoch's bar keeps the values it ended with; the rich bar says ``Epoch i/last``.
 """
 
 from __future__ import annotations
@@ -63,6 +64,34 @@ def test_the_loss_is_shown_once_under_the_name_it_was_logged(make_trainer, data,
 
     assert any("train_loss" in line for line in drawn)
     assert not any(re.search(r"(?<![\w])loss[=:]", line) for line in drawn)  # no 'loss' of the bar's own
+
+
+@pytest.mark.parametrize("make_bar", [tqdm_bar, rich_bar], ids=["tqdm", "rich"])
+@pytest.mark.parametrize("leave", [False, True], ids=["one-bar", "leave"])
+def test_the_final_bar_keeps_the_values_the_epoch_ended_with(make_trainer, data, make_bar, leave):
+    bar, stream = make_bar(leave=leave)
+    fit(make_trainer, data, bar)
+    last = renders(stream.getvalue())[-1]
+
+    assert "8/8" in last and "train_loss" in last, last  # the fit's end does not wipe the epoch's values
+
+
+@pytest.mark.parametrize(
+    ("limits", "descriptions"),
+    [
+        ({"max_epochs": 2}, ["Epoch 0/1", "Epoch 1/1"]),
+        ({"max_epochs": -1, "max_steps": 10}, ["Epoch 0 ", "Epoch 1 "]),  # no last epoch to show
+    ],
+    ids=["max_epochs", "unbounded"],
+)
+def test_the_rich_bar_says_which_epoch_of_how_many(make_trainer, data, limits, descriptions):
+    bar, stream = rich_bar(leave=True)
+    fit(make_trainer, data, bar, **limits)
+    drawn = stream.getvalue()
+
+    for description in descriptions:
+        assert description in drawn, description
+    assert "/-" not in drawn
 
 
 def test_a_text_version_shows_its_last_four_characters(make_trainer, data, tmp_path):

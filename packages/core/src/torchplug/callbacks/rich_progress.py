@@ -57,10 +57,11 @@ class RichProgressBarTheme:
 class RichProgressBar(ProgressBar):
     """Progress bars drawn with rich on global rank 0: one per training epoch, validation, test and predict.
 
-    Each bar shows the stage, ``done/total`` batches, elapsed and remaining time and the speed;
-    the training bar also what :meth:`get_metrics` returns (the last loss, ``v_num`` and every
-    metric logged with ``prog_bar=True``). As the tqdm bar, it draws only when its console is a
-    terminal, unless ``force=True`` (or ``TORCHPLUG_PROGRESS_BAR=1``).
+    Each bar shows the stage (``Epoch 3/9``: the epoch and the last one ``max_epochs`` allows),
+    ``done/total`` batches, elapsed and remaining time and the speed; the training bar also what
+    :meth:`get_metrics` returns (``v_num`` and every metric logged with ``prog_bar=True``). As the
+    tqdm bar, it draws only when its console is a terminal, unless ``force=True`` (or
+    ``TORCHPLUG_PROGRESS_BAR=1``).
 
     Example:
         >>> Trainer(callbacks=[RichProgressBar(leave=True)])
@@ -184,7 +185,7 @@ class RichProgressBar(ProgressBar):
             self._progress = None
         self.train_task = self.eval_task = None
 
-    def _draw(self) -> None:
+    def _draw(self, read_metrics: bool = True) -> None:
         self._last_draw = time.monotonic()
         progress = self._progress
         if progress is None:
@@ -192,7 +193,10 @@ class RichProgressBar(ProgressBar):
         if self.train_task is not None:
             trainer = self._trainer
             assert trainer is not None
-            progress.update(self.train_task, advance=self._pending, metrics=self._metrics_text(trainer))
+            if read_metrics:
+                progress.update(self.train_task, advance=self._pending, metrics=self._metrics_text(trainer))
+            else:
+                progress.update(self.train_task, advance=self._pending)
             self._pending = 0
         if self.eval_task is not None:
             progress.update(self.eval_task, advance=self._eval_pending)
@@ -223,6 +227,8 @@ class RichProgressBar(ProgressBar):
         progress = self._start()
         total = self.total_train_batches(trainer)
         description = f"Epoch {trainer.current_epoch}"
+        if trainer.max_epochs is not None and trainer.max_epochs > 0:
+            description += f"/{trainer.max_epochs - 1}"  # the last epoch's number, as Lightning's rich bar says
         if self.train_task is None or self.leave:
             if self.train_task is not None:
                 progress.update(self.train_task, advance=self._pending)
@@ -249,9 +255,9 @@ class RichProgressBar(ProgressBar):
 
     @override
     def on_train_end(self, trainer: Trainer, module: Module) -> None:
-        """Stop the display."""
+        """Stop the display, the training bar showing the values its last epoch ended with."""
         if self.train_task is not None:
-            self._draw()
+            self._draw(read_metrics=False)  # the epoch's step values are cleared by now
         self._stop()
 
     # -- evaluation -----------------------------------------------------------------------------

@@ -43,6 +43,12 @@ def _bar_class() -> type[Any]:
                 self.set_postfix(self._postfix_fn(), refresh=False)
             return super().format_dict  # type: ignore[no-any-return]  # tqdm has no type hints
 
+        def close(self) -> None:
+            # The last draw shows the values the epoch ended with: by the time a bar closes (the next
+            # epoch, the end of fit) the epoch's step values are cleared, and a fresh postfix would drop them.
+            self._postfix_fn = None
+            super().close()
+
     return _Bar
 
 
