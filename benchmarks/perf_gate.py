@@ -65,6 +65,10 @@ FIRST_PARTY: Final = tuple(
 )
 
 STEP_FIGURES: Final = {"step_lean": "B", "step_defaults": "C", "step_log": "D"}
+#: The control: the lean step with a deliberate slow-down (step_overhead.py's variant ``B!``, a few
+#: dozen empty Python calls a step), measured with ``step_lean`` in the same child and judged against
+#: ``step_lean``'s baseline. It must fail: a gate that lets it pass cannot see a regression that size.
+CONTROL: Final = ("step_lean", "B!")
 
 #: What each figure measures, and the benchmark that shows it with wall-clock figures beside it.
 FIGURES: Final = {
@@ -221,12 +225,20 @@ def measure_others(names: Sequence[str]) -> dict[str, float]:
 
 
 def measure_steps(names: Sequence[str], steps: int, span: int) -> dict[str, float]:
-    """The step figures: each variant's instructions per step minus the raw loop's (step_overhead.py)."""
+    """The step figures: each variant's instructions per step minus the raw loop's (step_overhead.py).
+
+    With ``step_lean`` comes the control (:data:`CONTROL`), under the key ``control``.
+    """
     import step_overhead
 
     labels = ["A", *(STEP_FIGURES[n] for n in names)]
+    if CONTROL[0] in names:
+        labels.append(CONTROL[1])
     per_step = step_overhead.measure_instructions(labels, steps, span)
-    return {name: per_step[STEP_FIGURES[name]] - per_step["A"] for name in names}
+    figures = {name: per_step[STEP_FIGURES[name]] - per_step["A"] for name in names}
+    if CONTROL[0] in names:
+        figures["control"] = per_step[CONTROL[1]] - per_step["A"]
+    return figures
 
 
 def measure(names: Sequence[str], steps: int, span: int) -> dict[str, float]:
@@ -244,10 +256,17 @@ def measure(names: Sequence[str], steps: int, span: int) -> dict[str, float]:
     with ThreadPoolExecutor(max(1, len(jobs))) as pool:
         for result in pool.map(lambda job: job(), jobs):
             figures.update(result)
-    return {name: figures[name] for name in names}
+    return {name: figures[name] for name in [*names, "control"] if name in figures}
 
 
 # -- the report -------------------------------------------------------------------------------
+
+
+def control_calls() -> int:
+    """The extra Python calls a step of the control variant."""
+    import step_overhead
+
+    return int(step_overhead.CONTROL_CALLS)
 
 
 def host() -> dict[str, Any]:
@@ -292,11 +311,18 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (GateError, CallgrindError) as exc:
         print(f"perf_gate: {exc}", file=sys.stderr)
         return 2
+    control_value = figures.pop("control", None)
     verdicts = judge(figures, baselines)
+    control = None if control_value is None else judge({CONTROL[0]: control_value}, baselines)[0]
     took = time.perf_counter() - started
     print(f"Performance gate: instructions (callgrind), {took:.0f} s, against {args.baselines}")
     for verdict in verdicts:
         print("  " + verdict.line())
+    if control is not None:
+        print(
+            f"  control: {CONTROL[0]} with {control_calls()} extra Python calls a step: {control_value:,.0f}, "
+            + ("caught" if not control.passed else "NOT caught")
+        )
     if args.json:
         doc = {
             **host(),
@@ -306,6 +332,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             },
             "ratios": {v.name: v.value / v.baseline for v in verdicts if v.baseline},
         }
+        if control is not None:
+            doc["control"] = {
+                "figure": CONTROL[0],
+                "extra_calls_per_step": control_calls(),
+                "instructions": control.value,
+                "caught": not control.passed,
+                "message": control.failure() if not control.passed and control.baseline is not None else None,
+            }
         args.json.write_text(json.dumps(doc, indent=2) + "\n")
     if args.update:
         write_baselines(args.baselines, figures, baselines)
@@ -314,6 +348,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     failed = [v for v in verdicts if not v.passed]
     for verdict in failed:
         print("FAIL: " + verdict.failure(), file=sys.stderr)
+    if control is not None and control.passed and control.baseline is not None:
+        print(
+            f"FAIL: the gate's control ({CONTROL[0]} with {control_calls()} extra Python calls a step, "
+            f"{control.value:,.0f} instructions) passed its limit of {control.limit:,.0f}: the gate cannot see a "
+            "slow-down that size. Lower step_lean's tolerance_instructions in benchmarks/gate/baselines.json, "
+            "or find what made the step figures noisier.",
+            file=sys.stderr,
+        )
+        failed.append(control)
     missing = [v.name for v in verdicts if v.baseline is None]
     if missing:
         print(f"FAIL: no baseline for {', '.join(missing)}: run with --update and commit it", file=sys.stderr)
