@@ -141,6 +141,18 @@ class Module(torch.nn.Module):
             raise RuntimeError(f"{type(self).__name__} is not attached to a Trainer; call trainer.fit(model) first.")
         return cast("Trainer", self._trainer)  # None only while TorchScript inspects the module
 
+    @trainer.setter
+    def trainer(self, trainer: Trainer | None) -> None:
+        """Attach this module, and every ``Module`` among its direct children (recursively), to ``trainer``.
+
+        ``fit``/``validate``/``test``/``predict`` attach the module they run; set it yourself to
+        use a module's Trainer-dependent properties outside a run, or ``None`` to detach it.
+        """
+        for child in self.children():
+            if isinstance(child, Module):
+                child.trainer = trainer
+        self._trainer = trainer
+
     @property
     def device(self) -> torch.device:
         """The device the parameters live on."""

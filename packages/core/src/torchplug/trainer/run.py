@@ -97,7 +97,7 @@ class Runner:
             verify_datamodule_hooks(datamodule)
         trainer.state.fn, trainer.state.status = fn, TrainerStatus.RUNNING
         trainer.module, trainer.datamodule = model, datamodule
-        model._trainer = trainer
+        model.trainer = trainer  # its Module children too, as in Lightning
         if datamodule is not None:
             datamodule.trainer = trainer
         trainer.callbacks = attach_model_callbacks(trainer.callbacks, model)
