@@ -32,13 +32,22 @@ _REQUIRED_STEP = {
 def verify_loop_configuration(model: Module, fn: TrainerFn) -> None:
     """Refuse a run whose step the module does not define (the base class's would silently do nothing).
 
+    A step set to None (``model.test_step = None``) counts as not defined; ``predict_step`` needs
+    no override (its default calls the module), but None is refused.
+
     Raises:
         MisconfigurationError: Naming the missing method and the call that needs it.
     """
     step = _REQUIRED_STEP.get(fn)
     if step is not None and not is_overridden(model, step, Module):
         raise MisconfigurationError(
-            f"trainer.{fn.value}() needs {type(model).__name__}.{step}(batch, batch_idx), which is not defined."
+            f"trainer.{fn.value}() needs {type(model).__name__}.{step}(batch, batch_idx), which is not defined"
+            f"{' (it is set to None)' if getattr(model, step, None) is None else ''}."
+        )
+    if fn is TrainerFn.PREDICTING and getattr(model, "predict_step", None) is None:
+        raise MisconfigurationError(
+            f"trainer.predict() needs {type(model).__name__}.predict_step, which is set to None. Hint: remove the "
+            "assignment to use the default (self(batch)), or define predict_step(self, batch, batch_idx)."
         )
     if fn is TrainerFn.FITTING and not is_overridden(model, "configure_optimizers", Module):
         raise MisconfigurationError(

@@ -28,11 +28,15 @@ def is_overridden(obj: object, name: str, base: type) -> bool:
     """Whether ``obj`` (an instance) overrides ``base``'s method ``name``, or sets it on the instance.
 
     The class attribute is compared with the base class's, so wrapping the override in a
-    decorator (with or without ``functools.wraps``) keeps it an override.
+    decorator (with or without ``functools.wraps``) keeps it an override. ``None`` in its place,
+    on the instance (``model.validation_step = None``) or the class, is no override: it turns the
+    hook or step off, as in Lightning.
     """
-    if name in getattr(obj, "__dict__", {}):
-        return True
-    return getattr(type(obj), name, None) is not getattr(base, name, None)
+    own = getattr(obj, "__dict__", {})
+    if name in own:
+        return own[name] is not None
+    attribute = getattr(type(obj), name, None)
+    return attribute is not None and attribute is not getattr(base, name, None)
 
 
 class HookRunner:
