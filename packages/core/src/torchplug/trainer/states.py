@@ -41,6 +41,11 @@ class RunningStage(str, enum.Enum):
         """The prefix of the dataloader hook (``val`` for both validation stages)."""
         return "val" if self in (RunningStage.VALIDATING, RunningStage.SANITY_CHECKING) else self.value
 
+    @property
+    def evaluating(self) -> bool:
+        """Whether this stage evaluates a model: validating or testing (not the sanity check)."""
+        return self in (RunningStage.VALIDATING, RunningStage.TESTING)
+
 
 class TrainerStatus(str, enum.Enum):
     """Where the Trainer is in its life cycle."""
@@ -50,14 +55,35 @@ class TrainerStatus(str, enum.Enum):
     FINISHED = "finished"
     INTERRUPTED = "interrupted"
 
+    @property
+    def stopped(self) -> bool:
+        """Whether the last call is over: finished, or interrupted (by an exception or a signal)."""
+        return self in (TrainerStatus.FINISHED, TrainerStatus.INTERRUPTED)
+
 
 @dataclass
 class TrainerState:
-    """The call, stage and status of the Trainer."""
+    """The status, call and stage of the Trainer (``trainer.state``), Lightning's fields in Lightning's order.
 
+    Attributes:
+        status: Where the Trainer is in its life cycle (initializing, running, finished, interrupted).
+        fn: The call in progress or last made (``fit``, ``validate``, ``test``, ``predict``), None before any.
+        stage: The loop running now (None between calls).
+    """
+
+    status: TrainerStatus = TrainerStatus.INITIALIZING
     fn: TrainerFn | None = None
     stage: RunningStage | None = None
-    status: TrainerStatus = TrainerStatus.INITIALIZING
+
+    @property
+    def finished(self) -> bool:
+        """Whether the last call ran to its end (not interrupted)."""
+        return self.status is TrainerStatus.FINISHED
+
+    @property
+    def stopped(self) -> bool:
+        """Whether the last call is over, finished or interrupted."""
+        return self.status.stopped
 
 
 @dataclass
