@@ -547,6 +547,15 @@ def test_a_hook_that_nothing_would_call_is_refused_at_fit_start(
     assert model.layer.weight.grad is None  # refused before anything ran
 
 
+@pytest.mark.parametrize("call", ["validate", "test", "predict"])
+def test_both_model_hooks_are_refused_by_every_call_as_in_lightning(call: str) -> None:
+    """Lightning refuses the pair whatever the call; the older name alone runs as configure_model."""
+    model = _with(Small, configure_sharded_model=_nothing, configure_model=_nothing)()
+    trainer = torchplug.Trainer(**quiet())
+    with pytest.raises(torchplug.MisconfigurationError, match="configure_sharded_model: configure_model is overridden"):
+        getattr(trainer, call)(model, DataLoader(data(), batch_size=8))
+
+
 def test_a_callback_hook_of_lightning_1_is_refused() -> None:
     class OldCallback(torchplug.Callback):
         def on_batch_end(self, trainer: Any, module: Any) -> None:

@@ -125,6 +125,11 @@ def _module_problems(model: Module, strategy: Strategy, fitting: bool) -> list[t
         for name, hint in _REMOVED_MODULE_HOOKS.items()
         if callable(getattr(model, name, None))
     ]
+    if is_overridden(model, "configure_sharded_model", Module) and is_overridden(model, "configure_model", Module):
+        problems.append(  # refused by every call, as Lightning does (it raises a RuntimeError)
+            ("configure_sharded_model", "configure_model is overridden too; the older name is an alias of it. Hint: "
+             "keep configure_model only.")
+        )  # fmt: skip
     if not fitting:
         return problems
     overridden = [name for name in _hook_names() if is_overridden(model, name, Module)]
@@ -146,11 +151,6 @@ def _module_problems(model: Module, strategy: Strategy, fitting: bool) -> list[t
         problems.append(
             ("backward", f"{type(precision).__name__} computes the gradients itself (its engine owns the backward), "
              "so this override would not run. Hint: remove it, or use another precision or strategy.")
-        )  # fmt: skip
-    if "configure_sharded_model" in overridden and "configure_model" in overridden:
-        problems.append(
-            ("configure_sharded_model", "configure_model is overridden too; the older name is an alias of it. Hint: "
-             "keep configure_model only.")
         )  # fmt: skip
     return problems
 
