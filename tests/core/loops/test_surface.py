@@ -90,8 +90,8 @@ def test_each_limit_has_one_door_checked_as_the_argument():
     assert trainer.max_epochs == 3
     trainer.max_steps = 7
     assert trainer.fit_loop.max_steps == trainer.fit_loop.epoch_loop.max_steps == 7
-    with pytest.raises(MisconfigurationError, match=r"fit_loop\.max_epochs=0 is not valid"):
-        trainer.fit_loop.max_epochs = 0
+    with pytest.raises(MisconfigurationError, match=r"fit_loop\.max_epochs=-2 is not valid"):
+        trainer.fit_loop.max_epochs = -2
     with pytest.raises(MisconfigurationError, match=r"trainer\.limit_val_batches"):
         trainer.limit_val_batches = -2
     with pytest.raises(AttributeError, match=r"trainer\.inference_mode cannot be changed.*Trainer\(\.\.\.\)"):

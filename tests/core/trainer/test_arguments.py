@@ -31,7 +31,7 @@ def _case(kwargs: dict[str, Any], *expected: Any) -> Any:
         _case({"gradient_clip_algorithm": 2}, "gradient_clip_algorithm=2: choose 'norm' or 'value'."),
         _case({"min_epochs": -3}, "min_epochs=-3 is not valid: give an int >= 0"),
         _case({"min_steps": "x"}, "min_steps='x' is not valid: give an int >= 0"),
-        _case({"max_epochs": 0}, "max_epochs=0 is not valid"),
+        _case({"max_epochs": -2}, "max_epochs=-2 is not valid"),
         _case({"max_epochs": 2.5}, "max_epochs=2.5 is not valid"),
         _case({"max_steps": 0}, "max_steps=0 is not valid"),
         _case({"max_steps": True}, "max_steps=True is not valid"),

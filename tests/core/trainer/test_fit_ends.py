@@ -65,6 +65,33 @@ def test_no_training_batches_at_all_returns_at_once(caplog: pytest.LogCaptureFix
     assert trainer.global_step == 0
 
 
+def test_max_epochs_0_sets_up_and_trains_nothing_as_in_lightning(torchplug_log: Any) -> None:
+    """Lightning's ``fit`` with ``max_epochs=0`` runs no epoch: no training hook, no step, an info line."""
+
+    class Recording(Classifier):
+        def __init__(self) -> None:
+            super().__init__()
+            self.calls: list[str] = []
+
+        def on_fit_start(self) -> None:
+            self.calls.append("on_fit_start")
+
+        def on_train_start(self) -> None:
+            self.calls.append("on_train_start")
+
+        def on_fit_end(self) -> None:
+            self.calls.append("on_fit_end")
+
+    model = Recording()
+    trainer = torchplug.Trainer(**quiet(max_epochs=0))
+    trainer.fit(model, datamodule=BlobData())
+
+    assert (trainer.global_step, trainer.current_epoch) == (0, 0)
+    assert model.calls == ["on_fit_start", "on_fit_end"]
+    assert "fit() stopped: max_epochs=0, so no epoch runs." in torchplug_log.messages(logging.INFO)
+    assert trainer.state.finished
+
+
 def test_an_empty_training_loader_is_announced() -> None:
     """limit_train_batches=0 asks for no training (an info); a loader with no batches is a warning."""
     empty = DataLoader(torch.utils.data.TensorDataset(torch.zeros(0, 16), torch.zeros(0).long()), batch_size=4)
@@ -92,7 +119,7 @@ def test_a_second_fit_goes_on_only_when_fit_loop_limits_are_raised() -> None:
 
 
 @pytest.mark.parametrize(
-    ("name", "value"), [("max_epochs", 0), ("max_steps", -2), ("min_epochs", "1"), ("min_steps", 1.5)]
+    ("name", "value"), [("max_epochs", -2), ("max_steps", -2), ("min_epochs", "1"), ("min_steps", 1.5)]
 )
 def test_a_bad_fit_loop_limit_is_refused_naming_it(name: str, value: Any) -> None:
     trainer = torchplug.Trainer(**quiet())

@@ -494,7 +494,7 @@ _ONE_RECORDER = Recorder()
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({"max_epochs": 0}, "max_epochs=0 is not valid: give a positive int or one of (None, -1)."),
+        ({"max_epochs": -2}, "max_epochs=-2 is not valid: give an int >= 0 or one of (None, -1)."),
         ({"accumulate_grad_batches": 0}, "accumulate_grad_batches=0 is not valid"),
         ({"gradient_clip_algorithm": "max"}, "gradient_clip_algorithm='max': choose 'norm' or 'value'."),
         ({"num_sanity_val_steps": -2}, "num_sanity_val_steps=-2: give an int >= 0, or -1 for all batches."),

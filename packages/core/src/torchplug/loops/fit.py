@@ -427,6 +427,9 @@ class FitLoop:
                     "last, smaller batch) and the split that train_dataloader() returns."
                 )
             return
+        if config.max_epochs == 0:  # asked for: said at the info level, as Lightning does
+            rank_zero_info("fit() stopped: max_epochs=0, so no epoch runs.")
+            return
         if self.done:
             self._warn_nothing_left()
             return

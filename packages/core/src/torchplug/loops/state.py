@@ -77,7 +77,7 @@ def _limit(label: str, value: Any, _config: LoopConfig) -> Any:
 
 #: The values that may change after the Trainer is made, each with the check its argument gets.
 SETTABLE: dict[str, Callable[[str, Any, LoopConfig], Any]] = {
-    "max_epochs": _int(1, (None, -1)),
+    "max_epochs": _int(0, (None, -1)),
     "max_steps": _int(1, (-1,)),
     "min_epochs": _int(0, (None,)),
     "min_steps": _int(0, (None,)),

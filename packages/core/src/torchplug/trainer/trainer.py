@@ -74,7 +74,7 @@ class Trainer(TrainerProperties):
         callbacks: Callbacks to add to the defaults (checkpointing and the progress bar).
         fast_dev_run: Run 1 (or n) batches of everything, without logging or checkpoints, to find bugs fast.
         max_epochs: Stop after this many epochs (default 1000 when neither it nor ``max_steps`` is set;
-            -1 for no limit).
+            -1 for no limit; 0 trains nothing: ``fit`` sets up, may run the sanity check, and ends).
         min_epochs: Do not stop early (EarlyStopping) before this many epochs.
         max_steps: Stop after this many optimizer steps (-1: no limit).
         min_steps: Do not stop early before this many steps.
@@ -184,7 +184,7 @@ class Trainer(TrainerProperties):
             limit_train_batches = limit_val_batches = overfit
         dev = check.check_fast_dev_run(fast_dev_run)
         steps = check.check_int("max_steps", max_steps, 1, (-1,))
-        epochs = check.check_int("max_epochs", max_epochs, 1, (None, -1))
+        epochs = check.check_int("max_epochs", max_epochs, 0, (None, -1))
         min_epochs = check.check_int("min_epochs", min_epochs, 0, (None,))
         min_steps = check.check_int("min_steps", min_steps, 0, (None,))
         check.warn_if_minimum_above_maximum("epochs", min_epochs, epochs)
