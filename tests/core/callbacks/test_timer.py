@@ -90,3 +90,27 @@ def test_durations(duration: Any, seconds: float | None):
 def test_bad_arguments_are_refused(kwargs, message):
     with pytest.raises(MisconfigurationError, match=message):
         Timer(**kwargs)
+
+
+def test_max_time_with_a_timer_in_callbacks_keeps_that_timer_and_says_so(make_trainer, torchplug_log):
+    """Lightning keeps the user's Timer and leaves ``max_time`` unused, saying so at the info level."""
+    own = Timer(duration={"hours": 1})
+    trainer = make_trainer(max_time={"seconds": 5}, callbacks=[own])
+
+    assert [c for c in trainer.callbacks if isinstance(c, Timer)] == [own]
+    assert any(
+        "max_time={'seconds': 5} is not used: callbacks= holds a Timer (a limit of 3600 s)" in message
+        for message in torchplug_log.messages()
+    )
+
+
+def test_max_time_alone_adds_a_timer_with_that_limit(make_trainer):
+    trainer = make_trainer(max_time="00:00:00:05")
+
+    timers = [c for c in trainer.callbacks if isinstance(c, Timer)]
+    assert len(timers) == 1 and timers[0].duration == 5
+
+
+def test_a_bad_max_time_is_refused_even_beside_a_timer(make_trainer):
+    with pytest.raises(MisconfigurationError, match="max_time='soon' is not a duration"):
+        make_trainer(max_time="soon", callbacks=[Timer()])

@@ -84,9 +84,9 @@ def add_feature_callbacks(
     """Add the callbacks behind Trainer flags: a ModelSummary (``enable_model_summary``), a Timer (``max_time``).
 
     A callback of the same type given by the user is kept instead (a ``Timer`` given with
-    ``max_time=`` too is an error: two budgets would disagree; a ``ModelSummary`` under
-    ``barebones=True`` is an error; with ``enable_model_summary=False`` it is kept, with a warning, as
-    Lightning keeps it).
+    ``max_time=`` too is kept, and ``max_time`` unused, said at the info level as Lightning does; a
+    ``ModelSummary`` under ``barebones=True`` is an error; with ``enable_model_summary=False`` it is
+    kept, with a warning, as Lightning keeps it).
     """
     from torchplug.callbacks.model_summary import ModelSummary
     from torchplug.callbacks.timer import Timer, parse_duration
@@ -104,10 +104,16 @@ def add_feature_callbacks(
     elif model_summary is not False and given_summary is None:
         added.append(ModelSummary())
     if max_time is not None:
-        if any(isinstance(c, Timer) for c in callbacks):
-            raise MisconfigurationError(f"max_time={max_time!r}, but callbacks= holds a Timer too. Remove one of them.")
         parse_duration(max_time, "max_time")  # refused in the user's words: max_time=...
-        added.append(Timer(max_time))
+        given_timer = next((c for c in callbacks if isinstance(c, Timer)), None)
+        if given_timer is None:
+            added.append(Timer(max_time))
+        else:  # the callback given is honoured, as in Lightning, and said so
+            limit = "no limit" if given_timer.duration is None else f"a limit of {given_timer.duration:g} s"
+            rank_zero_info(
+                f"max_time={max_time!r} is not used: callbacks= holds a {type(given_timer).__name__} ({limit}), "
+                "which keeps its own. Hint: remove max_time=, or the Timer, to have one limit."
+            )
     return ordered(callbacks + added) if added else callbacks
 
 
