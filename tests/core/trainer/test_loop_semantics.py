@@ -260,3 +260,52 @@ def test_all_gather_on_one_process_keeps_the_shape(data: Any, shapes: Any) -> No
         return tuple(value.shape)
 
     assert shape_of(gathered[0]) == shapes
+
+
+class SkipsFromBatch(torchplug.Module):
+    """A model whose ``on_train_batch_start`` returns -1 at batch ``skip_at`` (the rest of each epoch is skipped)."""
+
+    def __init__(self, skip_at: int, interval: str = "epoch") -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(8, 2)
+        self.skip_at = skip_at
+        self.interval = interval
+        self.lrs: list[float] = []
+
+    def on_train_batch_start(self, batch: Any, batch_idx: int) -> Any:
+        return -1 if batch_idx == self.skip_at else None
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.cross_entropy(self.layer(x), y)
+
+    def on_train_epoch_start(self) -> None:
+        self.lrs.append(self.trainer.optimizers[0].param_groups[0]["lr"])
+
+    def configure_optimizers(self) -> Any:
+        optimizer = torch.optim.SGD(self.parameters(), lr=0.1)
+        scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=1, gamma=0.1)
+        return {"optimizer": optimizer, "lr_scheduler": {"scheduler": scheduler, "interval": self.interval}}
+
+
+@pytest.mark.parametrize("skip_at", [0, 2], ids=["first-batch", "mid-epoch"])
+def test_skipping_the_rest_of_an_epoch_still_steps_the_epoch_schedulers(skip_at: int) -> None:
+    """As in Lightning 2.6: returning -1 ends the epoch, and an ended epoch steps the epoch-interval schedulers."""
+    model = SkipsFromBatch(skip_at)
+    trainer = torchplug.Trainer(**quiet(max_epochs=2))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # an epoch that took no optimizer step (skip_at=0) is said, not tested here
+        trainer.fit(model, DataLoader(data(), batch_size=8))
+
+    assert trainer.global_step == 2 * skip_at
+    assert model.lrs == pytest.approx([0.1, 0.01])  # at the start of each epoch
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.001)
+
+
+def test_skipping_the_rest_of_an_epoch_does_not_step_the_step_schedulers_for_the_skipped_batch() -> None:
+    model = SkipsFromBatch(2, interval="step")
+    trainer = torchplug.Trainer(**quiet(max_epochs=1))
+    trainer.fit(model, DataLoader(data(), batch_size=8))
+
+    assert trainer.global_step == 2
+    assert trainer.optimizers[0].param_groups[0]["lr"] == pytest.approx(0.1 * 0.1**2)  # one step per optimizer step

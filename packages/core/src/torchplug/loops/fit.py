@@ -593,10 +593,20 @@ class FitLoop:
                     is_last = True
             should_step = run_batch(batch, batch_idx, is_last)
             if should_step is None:  # on_train_batch_start returned -1: the epoch ends now
+                self._end_epoch_early(batch_idx)
                 return
             if self._after_batch(batch_idx, is_last, should_step, resumed=False):
                 return
             batch_idx += 1
+
+    def _end_epoch_early(self, batch_idx: int) -> None:
+        """``on_train_batch_start`` returned -1: the epoch-interval schedulers step now, as at the epoch's last batch.
+
+        As in Lightning (2.6), skipping the rest of an epoch still ends an epoch for the schedulers;
+        step-interval schedulers step only after an optimizer step, and this batch took none.
+        """
+        if self._schedulers.has_epoch_interval:  # (manual optimization: the module steps its own)
+            self._schedulers.step("epoch", batch_idx, plateau=False)
 
     def _batch_function(self) -> Callable[[Any, int, bool], bool | None]:
         """Build the per-batch function once per epoch, binding only the hooks somebody overrides."""
