@@ -111,14 +111,18 @@ class HookRunner:
         hooks = self.callbacks(name)
         return [*hooks, module_hook] if module_hook is not None else hooks
 
-    def call(self, name: str, *args: Any, monitoring: bool | None = None) -> None:
-        """Run ``name`` on the callbacks, then on the module (the module runs with the non-monitoring group)."""
+    def call(self, name: str, *args: Any, monitoring: bool | None = None, **kwargs: Any) -> None:
+        """Run ``name`` on the callbacks, then on the module (the module runs with the non-monitoring group).
+
+        ``kwargs`` go by keyword where Lightning passes them so (``setup``/``teardown``: ``stage=``), so a
+        hook written for Lightning (``def setup(self, trainer, pl_module, **kwargs)``) gets them the same way.
+        """
         for hook in self.callbacks(name, monitoring):
-            hook(*args)
+            hook(*args, **kwargs)
         if monitoring is not True:
             module_hook = self.module_hook(name)
             if module_hook is not None:
-                module_hook(*args)
+                module_hook(*args, **kwargs)
 
     def call_module(self, name: str, *args: Any) -> Any:
         """Run the module's ``name`` hook (its default when not overridden) and return its result."""

@@ -179,8 +179,8 @@ class Runner:
         self._data.prepare_data()
         self._logging.agree_on_log_dir()
         if trainer.datamodule is not None:
-            trainer.datamodule.setup(stage)
-        self._hooks.call("setup", stage)
+            trainer.datamodule.setup(stage=stage)  # by keyword, as Lightning calls it
+        self._hooks.call("setup", stage=stage)
         configure = _configure_model_hook(trainer.module)
         if configure is not None:
             with strategy.tensor_init_context(), strategy.model_sharded_context():
@@ -193,8 +193,8 @@ class Runner:
         trainer = self.trainer
         try:
             if trainer.datamodule is not None:
-                trainer.datamodule.teardown(stage)
-            self._hooks.call("teardown", stage)
+                trainer.datamodule.teardown(stage=stage)
+            self._hooks.call("teardown", stage=stage)
         finally:
             trainer.strategy.checkpoint_io.flush()
             trainer.strategy.teardown()
