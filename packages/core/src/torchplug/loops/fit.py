@@ -538,6 +538,18 @@ class FitLoop:
         if not self._preemption.preempted:
             self._epoch_end()
 
+    def _rewrap_manual_optimizers(self) -> None:
+        """Manual optimization: ``self.optimizers()`` returns the optimizers made anew since the last epoch.
+
+        (``trainer.strategy.setup_optimizers(trainer)`` replaces them; automatic optimization picks
+        them up as it builds the epoch's step.) Checked once per epoch.
+        """
+        run, module = self._run, self._run.module
+        if module is None or module.automatic_optimization:
+            return
+        if [wrapped.optimizer for wrapped in module._step_optimizers] != run.optimizers:
+            module._step_optimizers = manual_optimizers(run, self._strategy, self, self._hooks)
+
     def _epoch_iterator(self) -> Iterator[Any]:
         progress = self.progress
         loader = self._data.train_loader
@@ -613,6 +625,7 @@ class FitLoop:
         run, strategy, progress, hooks = self._run, self._strategy, self.progress, self._hooks
         module = run.module
         assert module is not None
+        self._rewrap_manual_optimizers()
         results = self._logging.results
         assert results is not None
         transfer = batch_transfer(strategy, module, run.datamodule, 0)

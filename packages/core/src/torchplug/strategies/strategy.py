@@ -28,6 +28,7 @@ if TYPE_CHECKING:
     from torchplug.environments.cluster_environment import ClusterEnvironment
     from torchplug.io.checkpoint_io import CheckpointIO
     from torchplug.strategies.launcher import Launcher
+    from torchplug.trainer.trainer import Trainer
 
 __all__ = ["Strategy"]
 
@@ -96,6 +97,7 @@ class Strategy(ABC):
         self.model: torch.nn.Module | None = None
         self.optimizers: list[Optimizer] = []
         self._module_backward: Callable[..., Any] | None = None  # the module's own backward hook, if it has one
+        self._configure_optimizers: Callable[[], list[Optimizer]] | None = None  # kept by setup() for a rebuild
 
     # -- components ---------------------------------------------------------------------------
 
@@ -297,8 +299,34 @@ class Strategy(ABC):
         self.model = self.module
         self.model_to_device()
         self.model = self.setup_module(self.module)
+        self._configure_optimizers = configure_optimizers
         if configure_optimizers is not None:
             self.optimizers = configure_optimizers()
+
+    def setup_optimizers(self, trainer: Trainer) -> None:
+        """Create the optimizers and schedulers again from the module's ``configure_optimizers``, as Lightning's does.
+
+        For code that changes what ``configure_optimizers`` returns in the middle of a fit (a new
+        learning rate, parameters unfrozen): ``trainer.strategy.setup_optimizers(trainer)``. The new
+        optimizers and schedulers replace ``trainer.optimizers`` and ``trainer.lr_scheduler_configs``;
+        training uses them from the next epoch's first batch (call it in ``on_train_epoch_start``
+        to use them in that epoch). :meth:`setup` creates the first ones during ``fit``.
+
+        Args:
+            trainer: The Trainer running this strategy (Lightning's signature; the optimizers are
+                made for the module this strategy was set up with).
+
+        Raises:
+            MisconfigurationError: The strategy was not set up for ``fit`` (validate, test, predict
+                and a strategy not set up yet have no optimizers to rebuild).
+        """
+        if self._configure_optimizers is None:
+            raise MisconfigurationError(
+                f"{type(self).__name__}.setup_optimizers(trainer): this strategy was not set up for fit(), so there "
+                "are no optimizers to rebuild. Hint: call it during fit (a callback's on_train_epoch_start, for "
+                "example); validate, test and predict run without optimizers."
+            )
+        self.optimizers = self._configure_optimizers()
 
     @abstractmethod
     def model_to_device(self) -> None:
