@@ -241,7 +241,7 @@ BAD_INPUT = {
         ["--trainer.strategy=single_device", "--trainer.devices=2"],
         ["--trainer.strategy", "Hint: use strategy='ddp'"],
     ),
-    "bad-loop-argument": (["--trainer.max_epochs=-3"], ["--trainer.max_epochs", "positive int"]),
+    "bad-loop-argument": (["--trainer.max_epochs=-3"], ["--trainer.max_epochs", "int >= 0"]),
     "missing-class": ([f"--model={TINY}.Missing"], [f"--model={TINY}.Missing", "torchplug.Module subclass"]),
     "missing-module": (["--model=nope.Missing"], ["--model=nope.Missing", "No module named 'nope'"]),
     "not-a-module": (["--model=torch.nn.Linear"], ["--model=torch.nn.Linear", "not a subclass of Module"]),

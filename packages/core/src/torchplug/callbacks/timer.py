@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import time
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -11,6 +10,7 @@ from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks.callback import Callback
+from torchplug.trainer.arguments import parse_duration
 from torchplug.trainer.states import RunningStage
 from torchplug.utilities.rank_zero import rank_zero_info
 
@@ -19,42 +19,6 @@ if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["Timer", "parse_duration"]
-
-_DURATION = re.compile(r"(\d+):(\d+):(\d+):(\d+)")  # any number of digits per field, as Lightning reads them
-
-
-def parse_duration(value: Any, what: str = "max_time") -> timedelta:
-    """A duration from ``"DD:HH:MM:SS"``, a dict of ``timedelta`` arguments (``{"hours": 1}``), or a ``timedelta``.
-
-    Each field of the string may have any number of digits (``"0:1:30:0"``, ``"00:36:00:00"``).
-
-    Raises:
-        MisconfigurationError: Anything else, or a negative duration, naming ``what`` and the value.
-    """
-    duration: timedelta | None = None
-    if isinstance(value, timedelta):
-        duration = value
-    elif isinstance(value, str):
-        match = _DURATION.fullmatch(value.strip())
-        if match is not None:
-            days, hours, minutes, seconds = (int(group) for group in match.groups())
-            duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-    elif isinstance(value, dict):
-        try:
-            duration = timedelta(**value)
-        except TypeError as exc:
-            raise MisconfigurationError(
-                f"{what}={value!r}: the dict's keys must be timedelta arguments (days, hours, minutes, seconds...): "
-                f"{exc}. Hint: for example {{'hours': 12}}."
-            ) from exc
-    if duration is None:
-        raise MisconfigurationError(
-            f'{what}={value!r} is not a duration: give "DD:HH:MM:SS" (for example "00:12:00:00"), a dict such as '
-            '{"hours": 12}, or a datetime.timedelta. Hint: a number of seconds is {"seconds": n}.'
-        )
-    if duration.total_seconds() < 0:
-        raise MisconfigurationError(f"{what}={value!r} is negative. Hint: give a duration >= 0.")
-    return duration
 
 
 class Timer(Callback):

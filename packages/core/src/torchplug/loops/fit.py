@@ -10,7 +10,9 @@ objects it is handed.
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable, Iterator
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -126,6 +128,9 @@ class FitLoop:
         self.raw_loss: torch.Tensor | None = None
         #: Validate every this many batches (``inf``: at the end of each epoch of an unsized loader).
         self.val_check_batch: float = math.inf
+        #: With a time ``val_check_interval``: the seconds between validations (None: counted in batches).
+        self.val_check_seconds: float | None = None
+        self._last_validation = 0.0  # time.monotonic() when training started or the last validation ended
         #: The non-finite loss check of the run in progress (``Trainer(nonfinite_loss=...)``).
         self.loss_check = LossCheck(run.config, strategy, self.progress)
         self._schedulers = SchedulerStepper(run, hooks, logging, self._current_epoch)
@@ -137,6 +142,7 @@ class FitLoop:
         self._plateau_steps = False  # a step-interval ReduceLROnPlateau exists
         self._logs = False  # this process has loggers
         self._validates = False  # fit validates (data, batches, validation_step)
+        self._validation_due: Callable[[int, bool], bool] = self._due_by_batches  # by time or by batches
         self._check_loss_every = 0  # check the loss every this many batches (nonfinite_loss="raise")
         self._compare_shards = True  # the first batch is still to be compared across processes
         #: Whether the loop was restored from a checkpoint and has not run a batch since (Lightning's ``restarting``).
@@ -301,7 +307,11 @@ class FitLoop:
         """Turn ``val_check_interval`` into a number of batches, once the training loader is known."""
         config = self._run.config
         interval, batches = config.val_check_interval, self._data.num_training_batches
-        if isinstance(interval, int):
+        self.val_check_seconds = None
+        if isinstance(interval, timedelta):  # by time: no batch count to derive, any loader will do
+            self.val_check_seconds = interval.total_seconds()
+            self.val_check_batch = math.inf
+        elif isinstance(interval, int):
             if config.check_val_every_n_epoch is not None and interval > batches and self.validation_enabled:
                 raise MisconfigurationError(
                     f"val_check_interval={interval} is more than the {batches} training batches of an epoch. "
@@ -344,7 +354,25 @@ class FitLoop:
         return enough_epochs and enough_steps
 
     def should_validate(self, batch_idx: int, is_last: bool) -> bool:
-        """Whether validation runs after batch ``batch_idx`` of this epoch."""
+        """Whether validation runs after batch ``batch_idx`` of this epoch.
+
+        With a time ``val_check_interval``: once that much time has passed since training started
+        or the last validation ended, as in Lightning (not at the end of an epoch otherwise).
+        """
+        due = self._due_by_time if self.val_check_seconds is not None else self._due_by_batches
+        return due(batch_idx, is_last)
+
+    def _due_by_time(self, batch_idx: int, is_last: bool) -> bool:
+        """One clock read per batch, only for a time ``val_check_interval`` (chosen once per epoch)."""
+        every = self._run.config.check_val_every_n_epoch
+        if every is not None and (self.progress.epoch + 1) % every:
+            return False
+        if self._run.should_stop and self.can_stop_early():
+            return True
+        assert self.val_check_seconds is not None
+        return time.monotonic() - self._last_validation >= self.val_check_seconds
+
+    def _due_by_batches(self, batch_idx: int, is_last: bool) -> bool:
         every = self._run.config.check_val_every_n_epoch
         if every is not None and (self.progress.epoch + 1) % every:
             return False
@@ -359,6 +387,7 @@ class FitLoop:
     def run_validation(self) -> None:
         """Run the validation loop inside ``fit``, then go back to training."""
         self.val_loop.run(self._data.val_loaders, self._data.num_val_batches, after_batches=self.mark_validated)
+        self._last_validation = time.monotonic()  # a time val_check_interval counts from here
         self._run.status.stage = RunningStage.TRAINING
         assert self._logging.results is not None
         self._logging.results.set_stage("train", reset=False)
@@ -450,6 +479,7 @@ class FitLoop:
         results.set_stage("train", reset=False)
         results.phase = EPOCH  # on_train_start may log epoch values
         self._hooks.call("on_train_start")
+        self._last_validation = time.monotonic()  # a time val_check_interval counts from the start of training
         profiler = self._profiler
         run_epoch = profiler.wrap("run_training_epoch", self.run_epoch) if profiler.active else self.run_epoch
         while not self.done and not self._preemption.preempted:
@@ -523,6 +553,7 @@ class FitLoop:
         self._plateau_steps = self._schedulers.has_plateau_step_interval
         self._logs = bool(self._logging.loggers)
         self._validates = self.validation_enabled
+        self._validation_due = self._due_by_time if self.val_check_seconds is not None else self._due_by_batches
         self._check_loss_every = self.loss_check.every
         stop = False
         results = self._logging.results
@@ -687,7 +718,7 @@ class FitLoop:
             and ((stepped + 1) % run.config.log_every_n_steps == 0 or run.should_stop)
         ):
             logging.log_step_metrics(stepped)
-        if self._validates and self.should_validate(batch_idx, is_last):
+        if self._validates and self._validation_due(batch_idx, is_last):
             if should_step:
                 self._hooks.call_module("on_validation_model_zero_grad")
             self.run_validation()

@@ -14,6 +14,7 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from torchplug.trainer import arguments as check
@@ -45,7 +46,7 @@ class LoopConfig:
     limit_val_batches: int | float | None = None
     limit_test_batches: int | float | None = None
     limit_predict_batches: int | float | None = None
-    val_check_interval: int | float = 1.0
+    val_check_interval: int | float | timedelta = 1.0
     check_val_every_n_epoch: int | None = 1
     num_sanity_val_steps: int = 2
     log_every_n_steps: int = 50

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import math
 import os
+import re
+from datetime import timedelta
 from typing import Any, cast
 
 from torchplug._errors import MisconfigurationError
@@ -24,6 +26,7 @@ __all__ = [
     "check_nonfinite_loss",
     "check_root_dir",
     "check_val_check_interval",
+    "parse_duration",
     "warn_if_minimum_above_maximum",
 ]
 
@@ -79,17 +82,62 @@ def check_limit(name: str, value: Any) -> int | float | None:
     raise MisconfigurationError(f"{name}={value!r}: give an int (batches) or a float between 0.0 and 1.0.")
 
 
-def check_val_check_interval(value: Any) -> int | float:
-    """``val_check_interval``: a float fraction of an epoch in (0.0, 1.0], or a positive int of batches."""
+_DURATION = re.compile(r"(\d+):(\d+):(\d+):(\d+)")  # any number of digits per field, as Lightning reads them
+
+
+def parse_duration(value: Any, what: str = "max_time") -> timedelta:
+    """A duration from ``"DD:HH:MM:SS"``, a dict of ``timedelta`` arguments (``{"hours": 1}``), or a ``timedelta``.
+
+    Each field of the string may have any number of digits (``"0:1:30:0"``, ``"00:36:00:00"``).
+
+    Raises:
+        MisconfigurationError: Anything else, or a negative duration, naming ``what`` and the value.
+    """
+    duration: timedelta | None = None
+    if isinstance(value, timedelta):
+        duration = value
+    elif isinstance(value, str):
+        match = _DURATION.fullmatch(value.strip())
+        if match is not None:
+            days, hours, minutes, seconds = (int(group) for group in match.groups())
+            duration = timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
+    elif isinstance(value, dict):
+        try:
+            duration = timedelta(**value)
+        except TypeError as exc:
+            raise MisconfigurationError(
+                f"{what}={value!r}: the dict's keys must be timedelta arguments (days, hours, minutes, seconds...): "
+                f"{exc}. Hint: for example {{'hours': 12}}."
+            ) from exc
+    if duration is None:
+        raise MisconfigurationError(
+            f'{what}={value!r} is not a duration: give "DD:HH:MM:SS" (for example "00:12:00:00"), a dict such as '
+            '{"hours": 12}, or a datetime.timedelta. Hint: a number of seconds is {"seconds": n}.'
+        )
+    if duration.total_seconds() < 0:
+        raise MisconfigurationError(f"{what}={value!r} is negative. Hint: give a duration >= 0.")
+    return duration
+
+
+def check_val_check_interval(value: Any) -> int | float | timedelta:
+    """``val_check_interval``: a float fraction of an epoch in (0.0, 1.0], a positive int of batches, or a time.
+
+    A time (``"DD:HH:MM:SS"``, a dict of ``timedelta`` arguments, a ``timedelta``) is returned as a
+    ``timedelta``: validation runs after the first batch that ends that long after training
+    started or after the last validation, as in Lightning.
+    """
     if value is None:
         return 1.0
     if isinstance(value, float) and 0.0 < value <= 1.0:
         return value
     if _is_int(value) and value >= 1:
         return int(value)
+    if isinstance(value, (str, dict, timedelta)):
+        return parse_duration(value, "val_check_interval")
     raise MisconfigurationError(
-        f"val_check_interval={value!r} is not valid: give a float fraction of an epoch in (0.0, 1.0] or a positive "
-        "int number of training batches."
+        f"val_check_interval={value!r} is not valid: give a float fraction of an epoch in (0.0, 1.0], a positive "
+        'int number of training batches, or a time between validations ("DD:HH:MM:SS", {"minutes": 30} or a '
+        "datetime.timedelta)."
     )
 
 

@@ -82,7 +82,9 @@ class Trainer(TrainerProperties):
         limit_val_batches: Validation batches per run.
         limit_test_batches: Test batches.
         limit_predict_batches: Predict batches.
-        val_check_interval: Validate every this fraction of an epoch (float) or this many batches (int).
+        val_check_interval: Validate every this fraction of an epoch (float), this many batches (int),
+            or this much time (``"DD:HH:MM:SS"``, ``{"minutes": 30}``, a ``timedelta``: after the first
+            batch that ends that long after training started or after the last validation).
         check_val_every_n_epoch: Validate every n epochs (None: count ``val_check_interval`` over epochs).
         num_sanity_val_steps: Validation batches run before training to catch bugs early (-1: all).
         log_every_n_steps: Send step metrics to the loggers every n optimizer steps.
@@ -141,7 +143,7 @@ class Trainer(TrainerProperties):
         limit_val_batches: int | float | None = None,
         limit_test_batches: int | float | None = None,
         limit_predict_batches: int | float | None = None,
-        val_check_interval: int | float | None = None,
+        val_check_interval: int | float | str | timedelta | dict[str, int] | None = None,
         check_val_every_n_epoch: int | None = 1,
         num_sanity_val_steps: int | None = None,
         log_every_n_steps: int | None = None,
