@@ -16,6 +16,7 @@ from typing import Any
 import fsspec
 import pytest
 import torch
+import yaml
 
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks import ModelCheckpoint
@@ -588,3 +589,29 @@ def test_a_dirpath_that_is_not_a_path_is_refused_naming_it(dirpath: Any) -> None
         MisconfigurationError, match=rf"ModelCheckpoint\(dirpath={re.escape(repr(dirpath))}\) is not valid"
     ):
         ModelCheckpoint(dirpath=dirpath)
+
+
+def test_to_yaml_writes_the_kept_checkpoints_with_their_scores(tmp_path, make_trainer, tiny_model, data):
+    checkpoint = ModelCheckpoint(dirpath=tmp_path / "ckpts", monitor="score", save_top_k=2, filename="{epoch}")
+    make_trainer(max_epochs=5, callbacks=[checkpoint]).fit(tiny_model(scores=SCORES), data(), data())
+
+    checkpoint.to_yaml()  # by default beside the checkpoints, as Lightning writes it
+    checkpoint.to_yaml(tmp_path / "elsewhere" / "best.yaml")
+
+    expected = {str(tmp_path / "ckpts" / f"epoch={e}.ckpt"): SCORES[e] for e in (3, 4)}
+    for path in (tmp_path / "ckpts" / "best_k_models.yaml", tmp_path / "elsewhere" / "best.yaml"):
+        assert yaml.safe_load(path.read_text()) == expected
+
+
+def test_to_yaml_before_fit_needs_a_filepath() -> None:
+    with pytest.raises(MisconfigurationError, match=r"to_yaml\(\): no filepath given"):
+        ModelCheckpoint(monitor="score").to_yaml()
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "every_n_epochs"),
+    [({}, 1), ({"every_n_epochs": 3}, 3), ({"every_n_train_steps": 10}, 0), ({"train_time_interval": timedelta(1)}, 0)],
+    ids=["default", "given", "by-steps", "by-time"],
+)
+def test_every_n_epochs_reads_the_schedule_as_in_lightning(kwargs: dict[str, Any], every_n_epochs: int) -> None:
+    assert ModelCheckpoint(**kwargs).every_n_epochs == every_n_epochs

@@ -15,6 +15,9 @@ What it does beyond the basics:
   operation, and a symlink would bypass it).
 - A monitored metric that can no longer appear (validation ran, or there is none) is an error at
   the save point.
+- A NaN or infinite monitored value ranks last, as Lightning ranks NaN: its checkpoint is kept
+  only while the top k has room, and it is never the best one (``best_model_path`` stays empty
+  while no finite value was seen; ``best_model_score`` then reads ``inf``, ``-inf`` in mode max).
 - Files outside ``dirpath`` are never removed, for any filesystem.
 """
 
@@ -102,8 +105,10 @@ class ModelCheckpoint(Callback):
             Only one of ``every_n_train_steps``, ``every_n_epochs`` and ``train_time_interval``.
 
     Attributes:
-        best_model_path: The best checkpoint so far (the latest one without ``monitor``), or ``""``.
-        best_model_score: Its score (a tensor), or None.
+        best_model_path: The best checkpoint so far (the latest one without ``monitor``), or ``""``;
+            never one whose monitored value was NaN or infinite.
+        best_model_score: Its score (a tensor), or None before the first save; ``inf`` (``-inf`` with
+            ``mode="max"``) while only non-finite values were saved, as Lightning reports it.
         best_k_models: Path to score of the checkpoints kept by ``monitor``.
         kth_best_model_path: The worst of the kept checkpoints, the next to be replaced.
         last_model_path: The path of ``last.ckpt`` (with its version), or ``""``.
@@ -269,6 +274,36 @@ class ModelCheckpoint(Callback):
                 "there are left alone."
             )
         self.best_model_path = state_dict.get("best_model_path", "")
+
+    @property
+    def every_n_epochs(self) -> int:
+        """Save every this many epochs (0: not by epochs; 1 by default, when no other schedule was given)."""
+        return self._every_n_epochs
+
+    def to_yaml(self, filepath: str | os.PathLike[str] | None = None) -> None:
+        """Write :attr:`best_k_models` (checkpoint path to its score, as numbers) to a YAML file.
+
+        Args:
+            filepath: Where (a local path or an fsspec URL); default ``<dirpath>/best_k_models.yaml``.
+
+        Raises:
+            MisconfigurationError: No ``filepath`` and no :attr:`dirpath` yet (before ``fit`` sets it up).
+        """
+        import yaml
+        from fsspec.core import url_to_fs
+
+        if filepath is None:
+            if self.dirpath is None:
+                raise MisconfigurationError(
+                    "ModelCheckpoint.to_yaml(): no filepath given, and dirpath is decided only when fit starts. "
+                    "Hint: give to_yaml(filepath=...), or call it after fit."
+                )
+            filepath = f"{self.dirpath.rstrip('/')}/best_k_models.yaml"
+        fs, path = url_to_fs(os.fspath(filepath))
+        if "/" in path:
+            fs.makedirs(path.rsplit("/", 1)[0] or "/", exist_ok=True)
+        with fs.open(path, "w") as stream:
+            yaml.safe_dump({name: float(score) for name, score in self.best_k_models.items()}, stream)
 
     # -- hooks ------------------------------------------------------------------------------------
 
@@ -540,16 +575,16 @@ class ModelCheckpoint(Callback):
             self._missing_monitor(trainer, candidates, at_epoch_end)
             return
         score = float(current)
-        if not math.isfinite(score):  # a diverged run: never a "best" checkpoint, never one that pushes a good one out
+        finite = math.isfinite(score)
+        if not finite:  # a diverged run: ranked last (as Lightning ranks NaN), and never "best"
             rank_zero_warn(
                 f"ModelCheckpoint(monitor={self.monitor!r}): {self.monitor} = {score} at epoch "
                 f"{int(candidates['epoch'])}, global step {int(candidates['step'])} is not finite, so this "
-                f"checkpoint is not a top-{self.save_top_k} candidate (best_model_path stays "
-                f"{self.best_model_path or 'unset'!r})."
+                f"checkpoint ranks last: it is kept only while the top {self.save_top_k} has room, and is never the "
+                f"best (best_model_path stays {self.best_model_path or 'unset'!r})."
             )
-            return
-        if self._in_top_k(score):
-            self._update_best_and_save(trainer, torch.tensor(score), candidates)
+        if self._in_top_k(score if finite else None):
+            self._update_best_and_save(trainer, torch.tensor(score if finite else self._worst_score), candidates)
         elif self.verbose:
             self._say(
                 trainer,
@@ -570,9 +605,17 @@ class ModelCheckpoint(Callback):
             self._warned_missing = True
             rank_zero_warn(message + " (Skipping the top-k save until it is logged.)")
 
-    def _in_top_k(self, score: float) -> bool:
+    @property
+    def _worst_score(self) -> float:
+        """The score a non-finite value is kept under: the worst possible, so any finite value displaces it."""
+        return math.inf if self.mode == "min" else -math.inf
+
+    def _in_top_k(self, score: float | None) -> bool:
+        """Whether a checkpoint of ``score`` enters the top k (None, a non-finite value: only while there is room)."""
         if self.save_top_k == -1 or len(self.best_k_models) < self.save_top_k:
             return True
+        if score is None:
+            return False
         kth = float(self.best_k_models[self.kth_best_model_path])
         return score < kth if self.mode == "min" else score > kth
 
@@ -589,8 +632,13 @@ class ModelCheckpoint(Callback):
         if len(self.best_k_models) == k:
             self.kth_best_model_path = worst(self.best_k_models, key=lambda p: float(self.best_k_models[p]))
             self.kth_value = self.best_k_models[self.kth_best_model_path]
-        self.best_model_path = best(self.best_k_models, key=lambda p: float(self.best_k_models[p]))
-        self.best_model_score = self.best_k_models[self.best_model_path]
+        ranked = {p: s for p, s in self.best_k_models.items() if math.isfinite(float(s))}  # only these can be best
+        if ranked:
+            self.best_model_path = best(ranked, key=lambda p: float(ranked[p]))
+            self.best_model_score = ranked[self.best_model_path]
+        else:  # non-finite values only: no checkpoint is best, and the score is the worst, as Lightning reports it
+            self.best_model_path = ""
+            self.best_model_score = torch.tensor(self._worst_score)
         if self.verbose:
             self._say(
                 trainer,
