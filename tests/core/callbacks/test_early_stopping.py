@@ -9,6 +9,7 @@ import torch
 
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks import EarlyStopping, ModelCheckpoint
+from torchplug.callbacks.early_stopping import EarlyStoppingReason
 
 
 def fit(make_trainer, tiny_model, data, scores, stopping, **trainer_kwargs):
@@ -26,7 +27,8 @@ def test_stops_after_patience_checks_without_an_improvement_of_min_delta(make_tr
     assert stopping.stopped_epoch == 2
     assert stopping.wait_count == 2
     assert float(stopping.best_score) == 1.0
-    assert stopping.stopping_reason == (
+    assert stopping.stopping_reason is EarlyStoppingReason.PATIENCE_EXHAUSTED
+    assert stopping.stopping_reason_message == (
         "Monitored metric score did not improve in the last 2 records. Best score: 1. Signaling Trainer to stop."
     )
 
@@ -36,7 +38,8 @@ def test_improvements_reset_the_count(make_trainer, tiny_model, data):
     trainer = fit(make_trainer, tiny_model, data, [1.0, 0.5, 2.0, 1.5, 3.0, 2.5], stopping)
 
     assert trainer.current_epoch == 6  # never two checks in a row without improvement
-    assert stopping.stopping_reason is None
+    assert stopping.stopping_reason is EarlyStoppingReason.NOT_STOPPED
+    assert stopping.stopping_reason_message is None
     assert float(stopping.best_score) == 3.0
 
 
@@ -57,14 +60,18 @@ def test_thresholds_and_non_finite_values_stop_at_once(
     fit(make_trainer, tiny_model, data, scores, stopping)
 
     assert stopping.stopped_epoch == stopped_epoch
-    assert reason in stopping.stopping_reason
+    assert reason in stopping.stopping_reason_message
+    assert stopping.stopping_reason is {
+        "Stopping": EarlyStoppingReason.STOPPING_THRESHOLD,
+        "Divergence": EarlyStoppingReason.DIVERGENCE_THRESHOLD,
+    }.get(reason.split()[0], EarlyStoppingReason.NON_FINITE_METRIC)
 
 
 def test_check_finite_false_treats_nan_as_no_improvement(make_trainer, tiny_model, data):
     stopping = EarlyStopping(monitor="score", patience=5, check_finite=False)
     trainer = fit(make_trainer, tiny_model, data, [1.0, math.nan, 0.5], stopping)
     assert trainer.current_epoch == 3
-    assert stopping.stopping_reason is None
+    assert stopping.stopping_reason is EarlyStoppingReason.NOT_STOPPED
 
 
 def test_min_epochs_holds_the_stop_back(make_trainer, tiny_model, data):
@@ -239,3 +246,14 @@ def test_thresholds_that_cross_are_refused_since_every_value_would_stop(mode, st
 @pytest.mark.parametrize(("mode", "stop", "diverge"), [("min", 0.1, 5.0), ("max", 0.9, 0.1), ("min", 1.0, 1.0)])
 def test_thresholds_on_their_own_sides_are_accepted(mode, stop, diverge):
     EarlyStopping(monitor="val_loss", mode=mode, stopping_threshold=stop, divergence_threshold=diverge)
+
+
+def test_the_reasons_are_lightnings_members_and_values() -> None:
+    assert {reason.name: reason.value for reason in EarlyStoppingReason} == {
+        "NOT_STOPPED": 0,
+        "STOPPING_THRESHOLD": 1,
+        "DIVERGENCE_THRESHOLD": 2,
+        "PATIENCE_EXHAUSTED": 3,
+        "NON_FINITE_METRIC": 4,
+    }
+    assert EarlyStopping(monitor="score").stopping_reason is EarlyStoppingReason.NOT_STOPPED

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import TYPE_CHECKING, Any, Final
 
@@ -17,9 +18,19 @@ if TYPE_CHECKING:
     from torchplug.core.module import Module
     from torchplug.trainer.trainer import Trainer
 
-__all__ = ["EarlyStopping"]
+__all__ = ["EarlyStopping", "EarlyStoppingReason"]
 
 _MODES: Final = ("min", "max")
+
+
+class EarlyStoppingReason(enum.Enum):
+    """Why :class:`EarlyStopping` stopped training (its ``stopping_reason``); Lightning's members and values."""
+
+    NOT_STOPPED = 0
+    STOPPING_THRESHOLD = 1
+    DIVERGENCE_THRESHOLD = 2
+    PATIENCE_EXHAUSTED = 3
+    NON_FINITE_METRIC = 4
 
 
 class EarlyStopping(Callback):
@@ -61,7 +72,9 @@ class EarlyStopping(Callback):
         wait_count: Checks since the last improvement.
         stopped_epoch: The epoch in which training was stopped (0 if it was not).
         best_score: The best value so far (a tensor).
-        stopping_reason: Why training stopped, in words (None until it did).
+        stopping_reason: Why this callback stopped training, an :class:`EarlyStoppingReason`
+            (``NOT_STOPPED`` until it did, and when another process's check stopped it).
+        stopping_reason_message: Why training stopped, in words (None until it did).
     """
 
     #: Runs after the other callbacks, once the metrics of the epoch are complete.
@@ -107,7 +120,8 @@ class EarlyStopping(Callback):
         self.wait_count = 0
         self.stopped_epoch = 0
         self.best_score = torch.tensor(math.inf if mode == "min" else -math.inf)
-        self.stopping_reason: str | None = None
+        self.stopping_reason = EarlyStoppingReason.NOT_STOPPED
+        self.stopping_reason_message: str | None = None
 
     # -- identity and state ---------------------------------------------------------------------
 
@@ -198,27 +212,30 @@ class EarlyStopping(Callback):
         if should_stop:
             trainer.should_stop = True
             self.stopped_epoch = trainer.current_epoch
-            self.stopping_reason = reason or "Another process decided to stop."
+            self.stopping_reason_message = reason or "Another process decided to stop."
         if reason and self.verbose and (trainer.is_global_zero or not self.log_rank_zero_only):
             log.info(f"[rank: {trainer.global_rank}] {reason}" if trainer.world_size > 1 else reason)
 
     def _evaluate(self, current: torch.Tensor) -> tuple[bool, str | None]:
-        """Decide on one value; returns (stop, the reason in words or None)."""
+        """Decide on one value; returns (stop, the reason in words or None), and notes a stop's ``stopping_reason``."""
         value = float(current)
         better = (lambda a, b: a < b) if self.mode == "min" else (lambda a, b: a > b)
         best = float(self.best_score)
         sign = "<" if self.mode == "min" else ">"
         if self.check_finite and not math.isfinite(value):
+            self.stopping_reason = EarlyStoppingReason.NON_FINITE_METRIC
             return True, (
                 f"Monitored metric {self.monitor} = {value} is not finite. Previous best value was "
                 f"{best:.4g}. Signaling Trainer to stop."
             )
         if self.stopping_threshold is not None and better(value, self.stopping_threshold):
+            self.stopping_reason = EarlyStoppingReason.STOPPING_THRESHOLD
             return True, (
                 f"Stopping threshold reached: {self.monitor} = {value:.4g} {sign} "
                 f"{self.stopping_threshold}. Signaling Trainer to stop."
             )
         if self.divergence_threshold is not None and better(-value, -self.divergence_threshold):
+            self.stopping_reason = EarlyStoppingReason.DIVERGENCE_THRESHOLD
             return True, (
                 f"Divergence threshold reached: {self.monitor} = {value:.4g} "
                 f"{'>' if self.mode == 'min' else '<'} {self.divergence_threshold}. Signaling Trainer "
@@ -237,6 +254,7 @@ class EarlyStopping(Callback):
             return False, message
         self.wait_count += 1
         if self.wait_count >= self.patience:
+            self.stopping_reason = EarlyStoppingReason.PATIENCE_EXHAUSTED
             return True, (
                 f"Monitored metric {self.monitor} did not improve in the last {self.wait_count} records. "
                 f"Best score: {best:.4g}. Signaling Trainer to stop."
