@@ -5,13 +5,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
+import torch
+
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks.callback import Callback
 from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
-    import torch
-
     from torchplug.core.module import Module
     from torchplug.trainer.trainer import Trainer
 
@@ -32,13 +32,18 @@ class _Tracked:
 class LearningRateMonitor(Callback):
     """Log the learning rate of every optimizer as training goes, as ``lr-<OptimizerClass>``.
 
-    Names: ``lr-SGD``; a second optimizer of the same class ``lr-SGD-1``; with several parameter
-    groups ``lr-SGD/pg1``, ``lr-SGD/pg2`` (or ``lr-SGD/<name>`` when the group has a ``"name"``);
-    a scheduler configured with ``"name": "my_lr"`` logs as ``my_lr``. Momentum and weight decay,
-    when asked for, follow as ``<name>-momentum`` and ``<name>-weight_decay``.
+    Names, as Lightning gives them: ``lr-SGD``; a second optimizer of the same class ``lr-SGD-1``;
+    with several parameter groups ``lr-SGD/pg1``, ``lr-SGD/pg2``, and ``lr-SGD/<name>`` for a group
+    with a ``"name"`` (also when it is the only group); a scheduler configured with
+    ``"name": "my_lr"`` logs as ``my_lr``. Momentum (``betas[0]`` for Adam-like optimizers) and
+    weight decay, when asked for, follow as ``<name>-momentum`` and ``<name>-weight_decay``. A group
+    added later (a backbone unfrozen) is named from then on, the first group's name becoming
+    ``<name>/pg1``.
 
     Step values are logged every ``Trainer(log_every_n_steps=...)`` optimizer steps, before the
-    step; epoch values at the start of each training epoch.
+    step; epoch values at the start of each training epoch. Each value logged is also put in
+    ``trainer.callback_metrics`` (a tensor), so other callbacks can monitor it
+    (``EarlyStopping(monitor="lr-SGD", stopping_threshold=...)``).
 
     Example:
         >>> Trainer(logger=CSVLogger("logs"), callbacks=[LearningRateMonitor(logging_interval="step")])
@@ -51,7 +56,14 @@ class LearningRateMonitor(Callback):
         log_weight_decay: Also log the weight decay.
 
     Raises:
-        MisconfigurationError: At the start of ``fit`` when the Trainer has no logger.
+        MisconfigurationError: At the start of ``fit`` when the Trainer has no logger, or when one
+            optimizer has several parameter groups of the same ``"name"``.
+
+    Attributes:
+        lrs: Every learning rate logged in this fit, by name (``lrs["lr-SGD"]``), in the order logged.
+        last_momentum_values: The momentum logged last, by name (``"lr-SGD-momentum"``; None before
+            the first value, and without ``log_momentum``).
+        last_weight_decay_values: The weight decay logged last, by name, likewise.
     """
 
     def __init__(
@@ -69,8 +81,9 @@ class LearningRateMonitor(Callback):
         self._last_step_logged = -1
         #: The values logged last, by name (what the loggers received).
         self.last_values: dict[str, float] = {}
-        #: Every learning rate logged in this fit, by name (``lrs["lr-SGD"]``), in the order logged.
         self.lrs: dict[str, list[float]] = {}
+        self.last_momentum_values: dict[str, float | None] = {}
+        self.last_weight_decay_values: dict[str, float | None] = {}
 
     def on_fit_start(self, trainer: Trainer, module: Module) -> None:
         """Check for a logger and name every optimizer (they exist by now)."""
@@ -81,7 +94,10 @@ class LearningRateMonitor(Callback):
             )
         self._tracked = _track(trainer)
         self._last_step_logged = -1
-        self.lrs = {name: [] for tracked in self._tracked for name in tracked.names}
+        names = [name for tracked in self._tracked for name in tracked.names]
+        self.lrs = {name: [] for name in names}
+        self.last_momentum_values = {f"{name}-momentum": None for name in names}
+        self.last_weight_decay_values = {f"{name}-weight_decay": None for name in names}
         if self.log_momentum and any(not _has_momentum(t.optimizer) for t in self._tracked):
             rank_zero_warn(
                 "LearningRateMonitor(log_momentum=True): some optimizers have no momentum; 0 is logged for them."
@@ -103,6 +119,7 @@ class LearningRateMonitor(Callback):
             self._log(trainer, "epoch")
 
     def _log(self, trainer: Trainer, moment: str) -> None:
+        self._follow_new_groups(trainer)
         every = self.logging_interval is not None
         stats: dict[str, float] = {}
         for tracked in self._tracked:
@@ -110,42 +127,71 @@ class LearningRateMonitor(Callback):
                 stats.update(self._stats(tracked))
         if stats:
             self.last_values.update(stats)
-            for name, value in stats.items():
-                if name in self.lrs:
-                    self.lrs[name].append(value)
+            device = trainer.strategy.root_device
+            trainer.callback_metrics.update({name: torch.tensor(value, device=device) for name, value in stats.items()})
             if trainer.is_global_zero:
                 step = trainer.fit_loop.progress.stepped_batches
                 for logger in trainer.loggers:
                     logger.log_metrics(stats, step)
 
+    def _follow_new_groups(self, trainer: Trainer) -> None:
+        """Name the parameter groups added since the last values (a logging step, never every step)."""
+        if all(len(t.names) == len(t.optimizer.param_groups) for t in self._tracked):
+            return
+        self._tracked = _track(trainer)
+        for tracked in self._tracked:
+            for name in tracked.names:
+                old = name.removesuffix("/pg1")
+                if old != name and old in self.lrs and name not in self.lrs:  # the first group keeps its history
+                    self.lrs[name] = self.lrs.pop(old)
+                self.lrs.setdefault(name, [])
+
     def _stats(self, tracked: _Tracked) -> dict[str, float]:
         stats: dict[str, float] = {}
+        betas = "betas" in tracked.optimizer.defaults  # Adam-like: the momentum is betas[0]
         for name, group in zip(tracked.names, tracked.optimizer.param_groups):
-            stats[name] = float(group["lr"])
+            lr = stats[name] = float(group["lr"])
+            self.lrs.setdefault(name, []).append(lr)
             if self.log_momentum:
-                betas = group.get("betas")
-                stats[f"{name}-momentum"] = float(betas[0] if betas is not None else group.get("momentum", 0.0))
+                key = f"{name}-momentum"
+                momentum = stats[key] = float(group["betas"][0] if betas else group.get("momentum", 0.0))
+                self.last_momentum_values[key] = momentum
             if self.log_weight_decay:
-                stats[f"{name}-weight_decay"] = float(group.get("weight_decay", 0.0))
+                key = f"{name}-weight_decay"
+                decay = stats[key] = float(group.get("weight_decay", 0.0))
+                self.last_weight_decay_values[key] = decay
         return stats
 
 
 def _track(trainer: Trainer) -> list[_Tracked]:
-    """Name every optimizer: the scheduled ones (in scheduler order) first, then the others."""
-    seen: dict[str, int] = {}
+    """Name every optimizer, as Lightning does: the scheduled ones (in scheduler order) first, then the others.
+
+    An optimizer class seen a second time without a scheduler name gets ``-1`` (then ``-2``...);
+    a name that would still repeat gets the next free number, so no two values share a name.
+
+    Raises:
+        MisconfigurationError: An optimizer with several parameter groups of the same ``"name"``.
+    """
+    classes: dict[type, int] = {}
+    taken: set[str] = set()
     tracked: list[_Tracked] = []
     scheduled: set[int] = set()
 
-    def names_for(optimizer: torch.optim.Optimizer, base: str | None) -> tuple[str, ...]:
-        name = base or f"lr-{type(optimizer).__name__}"
-        count = seen.get(name, 0)
-        seen[name] = count + 1
-        if count:
-            name = f"{name}-{count}"
+    def names_for(optimizer: torch.optim.Optimizer, given: str | None) -> tuple[str, ...]:
+        name = given or f"lr-{type(optimizer).__name__}"
+        _refuse_duplicate_group_names(optimizer, name)
+        if given is None:
+            classes[type(optimizer)] = classes.get(type(optimizer), 0) + 1
+        count = classes.get(type(optimizer), 0)
+        unique, number = (f"{name}-{count - 1}" if count > 1 else name), max(count - 1, 0)
+        while unique in taken:  # two schedulers given the same name
+            number += 1
+            unique = f"{name}-{number}"
+        taken.add(unique)
         groups = optimizer.param_groups
         if len(groups) == 1:
-            return (name,)
-        return tuple(f"{name}/{g['name']}" if "name" in g else f"{name}/pg{i + 1}" for i, g in enumerate(groups))
+            return (f"{unique}/{groups[0]['name']}" if groups[0].get("name") else unique,)
+        return tuple(f"{unique}/{g.get('name') or f'pg{i}'}" for i, g in enumerate(groups, start=1))
 
     for config in trainer.lr_scheduler_configs:
         optimizer = config.scheduler.optimizer
@@ -155,6 +201,17 @@ def _track(trainer: Trainer) -> list[_Tracked]:
         if id(optimizer) not in scheduled:
             tracked.append(_Tracked(optimizer, names_for(optimizer, None), None))
     return tracked
+
+
+def _refuse_duplicate_group_names(optimizer: torch.optim.Optimizer, name: str) -> None:
+    names = [group.get("name") or f"pg{i}" for i, group in enumerate(optimizer.param_groups, start=1)]
+    repeated = sorted({n for n in names if names.count(n) > 1})
+    if repeated:
+        raise MisconfigurationError(
+            f"LearningRateMonitor: the optimizer logged as {name!r} ({type(optimizer).__name__}) has several "
+            f"parameter groups named {', '.join(map(repr, repeated))}, so their learning rates would share a name. "
+            "Hint: give each group of one optimizer its own 'name'."
+        )
 
 
 def _has_momentum(optimizer: torch.optim.Optimizer) -> bool:
