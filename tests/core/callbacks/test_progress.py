@@ -199,3 +199,44 @@ def test_per_step_cost_of_the_batch_hook(make_trainer, tiny_model, data, capsys)
     shown.train_bar.close()
     with capsys.disabled():
         print(f"\nTQDMProgressBar.on_train_batch_end: quiet {quiet_us:.2f} µs/step, shown {shown_us:.2f} µs/step")
+
+
+@pytest.mark.parametrize(
+    ("bar_kwargs", "shown"),
+    [({"force": True, "stream": io.StringIO()}, True), ({"stream": io.StringIO()}, False)],
+    ids=["shown", "hidden"],
+)
+def test_the_training_bar_stays_readable_after_fit(make_trainer, tiny_model, data, bar_kwargs, shown):
+    """As in Lightning: ``train_progress_bar`` is a tqdm bar after fit, at the last epoch's count."""
+    from tqdm import tqdm
+
+    bar = TQDMProgressBar(**bar_kwargs)
+    trainer = make_trainer(max_epochs=2, enable_progress_bar=True, callbacks=[bar])
+    trainer.fit(tiny_model(), data())
+
+    assert trainer.progress_bar_callback is bar
+    assert isinstance(bar.train_progress_bar, tqdm)
+    assert (bar.train_progress_bar.n, bar.train_progress_bar.total) == (8, 8)
+    assert bool(bar.stream.getvalue()) is shown
+    assert bar.train_bar is None  # nothing left open
+
+
+def test_a_silent_training_bar_takes_what_user_code_does_to_a_bar(make_trainer, tiny_model, data):
+    class Describes(TQDMProgressBar):
+        def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+            self.train_progress_bar.set_description(f"batch {batch_idx}")
+            self.train_progress_bar.set_postfix({"lr": 0.1})
+
+    bar = Describes(stream=io.StringIO())
+    make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[bar]).fit(tiny_model(), data())
+    assert bar.stream.getvalue() == ""
+
+
+def test_the_bar_pickles_after_fit(make_trainer, tiny_model, data):
+    """ddp_spawn pickles the callbacks: the bars (which cannot be pickled) are left out."""
+    import pickle
+
+    bar = TQDMProgressBar(force=True, stream=io.StringIO())
+    make_trainer(max_epochs=1, enable_progress_bar=True, callbacks=[bar]).fit(tiny_model(), data())
+
+    assert pickle.loads(pickle.dumps(bar)).train_progress_bar is None

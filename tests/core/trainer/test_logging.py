@@ -11,7 +11,7 @@ import torch
 from torch.utils.data import DataLoader, TensorDataset
 
 import torchplug
-from tests.core.trainer.models import quiet
+from tests.core.trainer.models import BlobData, Classifier, quiet
 from torchplug import MisconfigurationError
 from torchplug.loggers.logger import Logger
 
@@ -377,7 +377,7 @@ def test_rank_zero_only_values_are_logged_from_rank_zero() -> None:
     ],
 )
 def test_logging_where_lightning_does_not_log_is_refused(hook: str, log_kwargs: dict[str, Any], error: str) -> None:
-    def log_here(self: torchplug.Module, *args: Any) -> None:
+    def log_here(self: torchplug.Module, *args: Any, **kwargs: Any) -> None:  # setup gets stage= by keyword
         self.log("x", 1.0, **log_kwargs)
 
     model = type("LogsInHook", (Logs,), {hook: log_here})()
@@ -435,3 +435,24 @@ def test_every_stage_ends_the_loggers_run_as_lightning_does(stage: str) -> None:
     logger = MemoryLogger()
     getattr(torchplug.Trainer(**quiet(logger=logger, max_steps=1)), stage)(Predicts())
     assert logger.ended == ["success"]
+
+
+@pytest.mark.parametrize("enable_progress_bar", [True, False], ids=["with-bar", "without-bar"])
+def test_progress_bar_metrics_keep_the_last_values_after_fit(enable_progress_bar: bool) -> None:
+    """As in Lightning: a ``prog_bar=True`` metric logged on step and epoch reads ``name_step`` and ``name_epoch``."""
+
+    class Logs(Classifier):
+        def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+            loss = super().training_step(batch, batch_idx)
+            self.log("twice", float(batch_idx), prog_bar=True, on_step=True, on_epoch=True)
+            return loss
+
+    trainer = torchplug.Trainer(
+        **quiet(max_epochs=2, limit_train_batches=4, limit_val_batches=1, enable_progress_bar=enable_progress_bar)
+    )
+    trainer.fit(Logs(), datamodule=BlobData())
+
+    metrics = trainer.progress_bar_metrics
+    assert metrics["twice_step"] == 3.0
+    assert metrics["twice_epoch"] == pytest.approx(1.5)
+    assert {"train_loss", "val_acc"} <= set(metrics)  # logged with prog_bar=True by the classifier

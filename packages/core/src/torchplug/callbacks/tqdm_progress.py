@@ -81,6 +81,7 @@ class TQDMProgressBar(ProgressBar):
     Attributes:
         train_bar: The tqdm bar of the training epoch, while one is shown (else None).
         eval_bar: The tqdm bar of validation, the sanity check, test or predict, while one is shown.
+        train_progress_bar: The training bar of the last epoch, shown or not, kept after ``fit``.
     """
 
     def __init__(
@@ -104,6 +105,7 @@ class TQDMProgressBar(ProgressBar):
         self._stream = stream
         self.train_bar: Any = None
         self.eval_bar: Any = None
+        self._train_progress_bar: Any = None  # the last epoch's bar, kept once closed; a silent one when hidden
 
     # -- whether to show ------------------------------------------------------------------------
 
@@ -114,8 +116,13 @@ class TQDMProgressBar(ProgressBar):
 
     @property
     def train_progress_bar(self) -> Any:
-        """The training bar (tqdm), while one is shown."""
-        return self.train_bar
+        """The training bar (tqdm) of the epoch in progress or of the last one, as in Lightning; None before any.
+
+        When the bars are hidden (the output is not a terminal, ``refresh_rate=0``, a rank other than
+        0) it is a silent tqdm (``disable=True``): calls such as ``set_description`` and
+        ``set_postfix`` do nothing, and its ``n`` is brought up to date at the end of each epoch.
+        """
+        return self._train_progress_bar
 
     @property
     def val_progress_bar(self) -> Any:
@@ -159,6 +166,10 @@ class TQDMProgressBar(ProgressBar):
         """Stop drawing (closing the bars shown) until :meth:`enable`."""
         super().disable()
         self._close_all()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The state without the tqdm bars, which cannot be pickled (``ddp_spawn`` pickles the callbacks)."""
+        return {**self.__dict__, "train_bar": None, "eval_bar": None, "_train_progress_bar": None}
 
     def _close_all(self) -> None:
         for bar in (self.eval_bar, self.train_bar):
@@ -225,7 +236,11 @@ class TQDMProgressBar(ProgressBar):
     @override
     def on_train_epoch_start(self, trainer: Trainer, module: Module) -> None:
         """Start (or reset) the epoch's bar, at the batch a resumed epoch continues from."""
-        if not self.is_enabled:
+        if not self.is_enabled:  # a silent bar for code that reads train_progress_bar; nothing per batch
+            self._train_progress_bar = _bar_class()(
+                disable=True, desc=f"Epoch {trainer.current_epoch}", total=self.total_train_batches(trainer)
+            )
+            self._train_progress_bar.n = trainer.fit_loop.progress.batches_done
             return
         if self.train_bar is None or self.leave:
             if self.train_bar is not None:
@@ -234,6 +249,7 @@ class TQDMProgressBar(ProgressBar):
         else:
             self.train_bar.set_description(f"Epoch {trainer.current_epoch}", refresh=False)
             self.train_bar.reset(total=self.total_train_batches(trainer))
+        self._train_progress_bar = self.train_bar
         done = trainer.fit_loop.progress.batches_done
         if done:
             self.train_bar.update(done)
@@ -247,16 +263,20 @@ class TQDMProgressBar(ProgressBar):
 
     @override
     def on_train_epoch_end(self, trainer: Trainer, module: Module) -> None:
-        """Draw the epoch's final state."""
+        """Draw the epoch's final state (a silent bar's count is brought up to date)."""
         if self.train_bar is not None:
             self.train_bar.refresh()
+        elif self._train_progress_bar is not None:
+            self._train_progress_bar.n = trainer.fit_loop.progress.batches_done
 
     @override
     def on_train_end(self, trainer: Trainer, module: Module) -> None:
-        """Close the training bar."""
+        """Close the training bar (kept as :attr:`train_progress_bar`)."""
         if self.train_bar is not None:
             self.train_bar.close()
             self.train_bar = None
+        elif self._train_progress_bar is not None and trainer.fit_loop.progress.batches_done:
+            self._train_progress_bar.n = trainer.fit_loop.progress.batches_done  # stopped in the middle of an epoch
 
     # -- evaluation -----------------------------------------------------------------------------
 

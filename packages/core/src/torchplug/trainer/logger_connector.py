@@ -29,6 +29,7 @@ class LoggerConnector:
         self.results: MetricStore | None = None
         self._logged: dict[str, torch.Tensor] = {}
         self._callback: dict[str, torch.Tensor] = {}
+        self._prog_bar: dict[str, float] = {}
 
     # -- run life cycle ---------------------------------------------------------------------------
 
@@ -37,18 +38,22 @@ class LoggerConnector:
         trainer = self._trainer
         self.results = MetricStore(trainer.strategy.reduce, trainer.module, trainer.world_size)
         self.results.on_clear = self._keep
-        self._callback, self._logged = {}, {}
+        self._callback, self._logged, self._prog_bar = {}, {}, {}
         return self.results
 
-    def _keep(self, callback: dict[str, torch.Tensor], logged: dict[str, torch.Tensor]) -> None:
+    def _keep(
+        self, callback: dict[str, torch.Tensor], logged: dict[str, torch.Tensor], prog_bar: dict[str, float]
+    ) -> None:
         """Keep a stage's last values when the store clears them (a new epoch): they stay readable, as in Lightning."""
         self._callback.update(callback)
         self._logged.update(logged)
+        self._prog_bar.update(prog_bar)
 
     def reset_metrics(self) -> None:
-        """Forget the values read so far (``callback_metrics``, ``logged_metrics``), as after the sanity check."""
+        """Forget the values read so far (the callback, logged and progress bar metrics), as after the sanity check."""
         self._callback.clear()
         self._logged.clear()
+        self._prog_bar.clear()
 
     @property
     def loggers(self) -> list[Logger]:
@@ -158,8 +163,13 @@ class LoggerConnector:
 
     @property
     def progress_bar_metrics(self) -> dict[str, float]:
-        """The metrics logged with ``prog_bar=True``, as numbers."""
-        return self.results.progress_bar_metrics() if self.results is not None else {}
+        """The latest value of every metric logged with ``prog_bar=True``, as numbers: one dict, kept up to date.
+
+        Values of an epoch that ended stay (after ``fit`` too, with or without a progress bar), as in Lightning.
+        """
+        if self.results is not None:
+            self._prog_bar.update(self.results.progress_bar_metrics())
+        return self._prog_bar
 
     @property
     def logged_metrics(self) -> dict[str, torch.Tensor]:

@@ -245,6 +245,9 @@ LOG_OPTIONS: Final = (
     "rank_zero_only",
 )
 
+#: What :attr:`MetricStore.on_clear` is called with: a stage's callback, logger and progress bar values.
+OnClear = Callable[[dict[str, torch.Tensor], dict[str, torch.Tensor], dict[str, float]], None]
+
 
 class MetricStore:
     """The metrics logged in one run, per stage (``train``, ``validate``, ``test``).
@@ -271,8 +274,9 @@ class MetricStore:
         self._sized: tuple[Any, float] | None = None  # (the batch it was inferred from, its size)
         #: The dataloader being evaluated when there are several (its index is added to the names), else None.
         self.dataloader_idx: int | None = None
-        #: Called with a stage's callback and logger values right before they are cleared (see :meth:`set_stage`).
-        self.on_clear: Callable[[dict[str, torch.Tensor], dict[str, torch.Tensor]], None] | None = None
+        #: Called with a stage's callback, logger and progress bar values right before they are cleared (see
+        #: :meth:`set_stage`).
+        self.on_clear: OnClear | None = None
 
     # -- recording ------------------------------------------------------------------------------
 
@@ -282,7 +286,9 @@ class MetricStore:
         if reset or stage not in self._stages:
             old = self._stages.get(stage)
             if old and self.on_clear is not None:
-                self.on_clear(self._callback_values(old, stage == "train"), self._logged_values(old))
+                self.on_clear(
+                    self._callback_values(old, stage == "train"), self._logged_values(old), self._prog_bar_values(old)
+                )
             self._stages[stage] = {}
             self._objects[stage] = []
         self._active = self._stages[stage]
@@ -604,13 +610,19 @@ class MetricStore:
         """The metrics logged with ``prog_bar=True``, as numbers."""
         out: dict[str, float] = {}
         for store in self._stages.values():
-            for metric in store.values():
-                if not metric.prog_bar:
-                    continue
-                if metric.on_step and metric.last is not None:
-                    out[metric.step_key()] = _as_float(metric.last)
-                if metric.epoch_value is not None:
-                    out[metric.epoch_key()] = _as_float(metric.epoch_value)
+            out.update(self._prog_bar_values(store))
+        return out
+
+    @staticmethod
+    def _prog_bar_values(store: dict[str, _Metric]) -> dict[str, float]:
+        out: dict[str, float] = {}
+        for metric in store.values():
+            if not metric.prog_bar:
+                continue
+            if metric.on_step and metric.last is not None:
+                out[metric.step_key()] = _as_float(metric.last)
+            if metric.epoch_value is not None:
+                out[metric.epoch_key()] = _as_float(metric.epoch_value)
         return out
 
 
