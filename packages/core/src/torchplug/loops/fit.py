@@ -26,6 +26,7 @@ from torchplug.loops.optimization import (
     manual_backward,
     manual_optimizers,
     manual_step,
+    outputs_reader,
 )
 from torchplug.loops.progress import Counters, EpochLoop
 from torchplug.loops.schedulers import SchedulerStepper
@@ -126,6 +127,8 @@ class FitLoop:
         )
         #: The loss of the last training batch, as computed (not detached: use :attr:`last_loss` to read it).
         self.raw_loss: torch.Tensor | None = None
+        #: What the last training_step returned (manual optimization: its ``outputs``), see ``outputs_reader``.
+        self.step_output: Any = None
         #: Validate every this many batches (``inf``: at the end of each epoch of an unsized loader).
         self.val_check_batch: float = math.inf
         #: With a time ``val_check_interval``: the seconds between validations (None: counted in batches).
@@ -665,6 +668,7 @@ class FitLoop:
         on_end = hooks.batch_hooks("on_train_batch_end")
         automatic = module.automatic_optimization
         train_step = automatic_step(run, strategy, self, hooks) if automatic else manual_step(run, strategy, self)
+        read_outputs = outputs_reader(self, automatic)
         accumulate = batches_per_optimizer_step(run.config, strategy) if automatic else 1
         schedulers = self._schedulers
         profiler = self._profiler
@@ -683,7 +687,7 @@ class FitLoop:
             if module_start is not None and module_start(batch, batch_idx) == -1:
                 return None
             should_step = accumulate == 1 or is_last or (batch_idx + 1) % accumulate == 0
-            outputs = train_step(batch, batch_idx, should_step)
+            train_step(batch, batch_idx, should_step)
             self._pending_gradients = not should_step
             progress.batches_done = batch_idx + 1
             progress.total_batches += 1
@@ -693,6 +697,7 @@ class FitLoop:
             if epoch_schedulers and is_last:
                 schedulers.step("epoch", batch_idx, plateau=False)
             if on_end:
+                outputs = read_outputs()
                 for hook in on_end:
                     hook(outputs, batch, batch_idx)
             return should_step

@@ -194,9 +194,12 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
     where nobody uses it. When nothing but the optimizer's own ``step()`` follows the closure
     (no ``optimizer_step`` override, neither plugin steps, the optimizer does not call the closure
     itself), the closure's body runs inline, without building a closure: the same calls in the
-    same order (a test compares both ways on every hook combination).
+    same order (a test compares both ways on every hook combination). Where every batch steps
+    as well (no accumulation), that body is the whole step: the loop calls it with nothing around it.
 
-    Returns what ``on_train_batch_end`` receives as ``outputs`` (built only when somebody reads it).
+    The step keeps what ``training_step`` returned and the loss on the loop (``step_output``,
+    ``raw_loss``); :func:`outputs_reader` builds ``on_train_batch_end``'s ``outputs`` from them
+    only when somebody reads it.
     """
     module = run.module
     assert module is not None
@@ -221,7 +224,6 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
     unscale = _unscaling(strategy, optimizer)
     step_hook = hooks.module_hook("optimizer_step")
     hook_optimizer = StepOptimizer(stepper) if step_hook is not None else None
-    wants_outputs = bool(hooks.batch_hooks("on_train_batch_end"))
     progress = loop.progress
     skipping = loop.loss_check if loop.loss_check.mode == "skip" else None  # nonfinite_loss="skip"
     inline = step_hook is None and stepper.direct and not calls_closure_itself(optimizer)
@@ -229,9 +231,12 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
     # The hook loops below are guarded by the lists' truth: iterating an empty list still builds an
     # iterator object per step, which the instruction gate counts.
 
-    def closure_body(batch: Any, batch_idx: int, stepping: bool) -> tuple[Any, _Tensor | None]:
-        """Forward, zero_grad (first batch of a window), backward and, when ``stepping``, the pre-step work."""
-        output = forward(batch, batch_idx)
+    def closure_body(batch: Any, batch_idx: int, stepping: bool) -> _Tensor | None:
+        """Forward, zero_grad (first batch of a window), backward and, when ``stepping``, the pre-step work.
+
+        Inline, the optimizer's step follows here too. Returns the loss, as an optimizer's closure does.
+        """
+        output = loop.step_output = forward(batch, batch_idx)
         loss = output if type(output) is _Tensor else _loss_of(output, world_size)
         if accumulate > 1:
             if loss is not None:
@@ -264,42 +269,51 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
                     hook()
             if skipping is not None:
                 skipping.note(loss)
-        if not stepping or (skipping is not None and skipping.drop_step(optimizer)):
-            return output, loss  # dropped: no gradients left, the optimizer (and a loss scaler) skip the step
-        if unscale is not None:  # the hooks and the clipping see the true gradients
-            unscale()
-        if before_step:
-            for hook in before_step:
-                hook(optimizer)
-        if clip is not None:
-            clip()
-        return output, loss
-
-    def run_batch(batch: Any, batch_idx: int, should_step: bool) -> Any:
-        if not should_step:
-            with no_backward_sync(True):
-                output, loss = closure_body(batch, batch_idx, False)
-        elif inline:
-            output, loss = closure_body(batch, batch_idx, True)
+        loop.raw_loss = loss
+        if not stepping:
+            return loss
+        # A dropped step (nonfinite_loss="skip") has no gradients left: the optimizer (and a loss scaler) skip it.
+        if skipping is None or not skipping.drop_step(optimizer):
+            if unscale is not None:  # the hooks and the clipping see the true gradients
+                unscale()
+            if before_step:
+                for hook in before_step:
+                    hook(optimizer)
+            if clip is not None:
+                clip()
+        if inline:  # nothing but the optimizer's own step follows the closure: it runs here, with no closure
             optimizer.step()
             progress.global_step += 1
+        return loss
+
+    def run_batch(batch: Any, batch_idx: int, should_step: bool) -> None:
+        if not should_step:
+            with no_backward_sync(True):
+                closure_body(batch, batch_idx, False)
+        elif inline:
+            closure_body(batch, batch_idx, True)
         else:
-            result: list[Any] = [None, None]  # training_step's output, the (normalised) loss
-
-            def closure() -> _Tensor | None:
-                result[0], result[1] = closure_body(batch, batch_idx, True)
-                return result[1]  # type: ignore[no-any-return]
-
+            loop.step_output = loop.raw_loss = None  # an optimizer_step override may never call the closure
+            closure = functools.partial(closure_body, batch, batch_idx, True)
             if step_hook is None:
                 stepper.step(closure)
             else:
                 step_hook(progress.epoch, batch_idx, hook_optimizer, closure)
-            output, loss = result
             progress.global_step += 1
-        loop.raw_loss = loss
-        return _outputs(output, loss) if wants_outputs else None
 
-    return run_batch
+    # Every batch steps when nothing accumulates: the inline body is then the whole step, with no call around it.
+    return closure_body if inline and accumulate == 1 else run_batch
+
+
+def outputs_reader(loop: FitLoop, automatic: bool) -> Callable[[], Any]:
+    """What ``on_train_batch_end`` receives as ``outputs`` after a batch, built when called (only if somebody reads it).
+
+    Automatic optimization: ``{"loss": <detached loss>, **other keys of a returned dict}`` (``{}`` for
+    a skipped batch); manual optimization: what its step kept (see :func:`manual_step`).
+    """
+    if automatic:
+        return lambda: _outputs(loop.step_output, loop.raw_loss)
+    return lambda: loop.step_output
 
 
 def _refuse_non_scalar(loss: _Tensor, exc: RuntimeError) -> None:
@@ -407,25 +421,29 @@ def manual_step(run: RunState, strategy: Strategy, loop: FitLoop) -> BatchStep:
     assert run.module is not None
     forward = _forward(strategy, run.module)
 
-    def run_batch(batch: Any, batch_idx: int, should_step: bool) -> Any:
-        output = forward(batch, batch_idx)
-        if isinstance(output, _Tensor):
-            loss = loop.raw_loss = output.detach()
-            return {"loss": loss}
-        if isinstance(output, dict):
-            value = output.get("loss")
-            if isinstance(value, _Tensor):
-                detached = loop.raw_loss = value.detach()
-                return {**output, "loss": detached}
-            return output
-        if output is not None:
-            raise MisconfigurationError(
-                f"training_step returned {type(output).__name__}; with manual optimization return a tensor, a dict, "
-                "or nothing."
-            )
-        return {}
+    def run_batch(batch: Any, batch_idx: int, should_step: bool) -> None:
+        loop.step_output = _manual_outputs(loop, forward(batch, batch_idx))
 
     return run_batch
+
+
+def _manual_outputs(loop: FitLoop, output: Any) -> dict[str, Any]:
+    """``on_train_batch_end``'s ``outputs`` under manual optimization; keeps the detached loss on the loop."""
+    if isinstance(output, _Tensor):
+        loss = loop.raw_loss = output.detach()
+        return {"loss": loss}
+    if isinstance(output, dict):
+        value = output.get("loss")
+        if isinstance(value, _Tensor):
+            detached = loop.raw_loss = value.detach()
+            return {**output, "loss": detached}
+        return output
+    if output is not None:
+        raise MisconfigurationError(
+            f"training_step returned {type(output).__name__}; with manual optimization return a tensor, a dict, "
+            "or nothing."
+        )
+    return {}
 
 
 def manual_optimizers(run: RunState, strategy: Strategy, loop: FitLoop, hooks: HookRunner) -> list[StepOptimizer]:
