@@ -21,12 +21,12 @@ from torchplug._errors import MisconfigurationError
 from torchplug.loops.evaluation import EvaluationLoop
 from torchplug.loops.nonfinite import LossCheck
 from torchplug.loops.optimization import (
+    automatic_outputs,
     automatic_step,
     batches_per_optimizer_step,
     manual_backward,
     manual_optimizers,
     manual_step,
-    outputs_reader,
 )
 from torchplug.loops.progress import Counters, EpochLoop
 from torchplug.loops.schedulers import SchedulerStepper
@@ -127,7 +127,7 @@ class FitLoop:
         )
         #: The loss of the last training batch, as computed (not detached: use :attr:`last_loss` to read it).
         self.raw_loss: torch.Tensor | None = None
-        #: What the last training_step returned (manual optimization: its ``outputs``), see ``outputs_reader``.
+        #: What the last training_step returned (manual optimization: its ``outputs``); see ``automatic_outputs``.
         self.step_output: Any = None
         #: Validate every this many batches (``inf``: at the end of each epoch of an unsized loader).
         self.val_check_batch: float = math.inf
@@ -668,7 +668,6 @@ class FitLoop:
         on_end = hooks.batch_hooks("on_train_batch_end")
         automatic = module.automatic_optimization
         train_step = automatic_step(run, strategy, self, hooks) if automatic else manual_step(run, strategy, self)
-        read_outputs = outputs_reader(self, automatic)
         accumulate = batches_per_optimizer_step(run.config, strategy) if automatic else 1
         schedulers = self._schedulers
         profiler = self._profiler
@@ -697,7 +696,7 @@ class FitLoop:
             if epoch_schedulers and is_last:
                 schedulers.step("epoch", batch_idx, plateau=False)
             if on_end:
-                outputs = read_outputs()
+                outputs = automatic_outputs(self.step_output, self.raw_loss) if automatic else self.step_output
                 for hook in on_end:
                     hook(outputs, batch, batch_idx)
             return should_step

@@ -198,7 +198,7 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
     as well (no accumulation), that body is the whole step: the loop calls it with nothing around it.
 
     The step keeps what ``training_step`` returned and the loss on the loop (``step_output``,
-    ``raw_loss``); :func:`outputs_reader` builds ``on_train_batch_end``'s ``outputs`` from them
+    ``raw_loss``); :func:`automatic_outputs` builds ``on_train_batch_end``'s ``outputs`` from them
     only when somebody reads it.
     """
     module = run.module
@@ -305,15 +305,15 @@ def automatic_step(run: RunState, strategy: Strategy, loop: FitLoop, hooks: Hook
     return closure_body if inline and accumulate == 1 else run_batch
 
 
-def outputs_reader(loop: FitLoop, automatic: bool) -> Callable[[], Any]:
-    """What ``on_train_batch_end`` receives as ``outputs`` after a batch, built when called (only if somebody reads it).
+def automatic_outputs(output: Any, loss: _Tensor | None) -> dict[str, Any]:
+    """``on_train_batch_end``'s ``outputs`` under automatic optimization, from what the step kept on the loop.
 
-    Automatic optimization: ``{"loss": <detached loss>, **other keys of a returned dict}`` (``{}`` for
-    a skipped batch); manual optimization: what its step kept (see :func:`manual_step`).
+    ``{"loss": <detached loss>, **the other keys of a returned dict}``; ``{}`` for a skipped batch.
     """
-    if automatic:
-        return lambda: _outputs(loop.step_output, loop.raw_loss)
-    return lambda: loop.step_output
+    if loss is None:
+        return {}
+    extra = {k: v for k, v in output.items() if k != "loss"} if isinstance(output, dict) else {}
+    return {"loss": loss.detach(), **extra}
 
 
 def _refuse_non_scalar(loss: _Tensor, exc: RuntimeError) -> None:
@@ -330,13 +330,6 @@ def _refuse_non_scalar(loss: _Tensor, exc: RuntimeError) -> None:
         "loss. Hint: reduce it in training_step, for example loss.mean() or loss.sum() (or reduction='mean' in the "
         "loss function)."
     ) from exc
-
-
-def _outputs(output: Any, loss: _Tensor | None) -> dict[str, Any]:
-    if loss is None:
-        return {}
-    extra = {k: v for k, v in output.items() if k != "loss"} if isinstance(output, dict) else {}
-    return {"loss": loss.detach(), **extra}
 
 
 def _unscaling(strategy: Strategy, optimizer: torch.optim.Optimizer) -> Callable[[], None] | None:
