@@ -19,11 +19,16 @@ past 2**64 when the save ran; ``checkpoint_save.py`` measures it in wall-clock t
 A figure fails when it exceeds its baseline by more than its tolerance: the larger of
 ``tolerance`` (a share of the baseline, 2% unless the baseline file says otherwise) and
 ``tolerance_instructions`` (an absolute floor, for the step figures, whose values are small
-differences of two large counts). The message gives the figure, the baseline, the delta and the
-command that measures it with wall-clock figures beside it.
+differences of two large counts: 8,000 instructions, 0.4% of the raw loop's step). The message
+gives the figure, the baseline, the delta and the command that measures it with wall-clock
+figures beside it.
+
+The gate checks itself: with ``step_lean`` it measures a control in the same child, the lean step
+with ``step_overhead.CONTROL_CALLS`` extra Python calls, and fails when that passes
+``step_lean``'s limit (a gate that cannot see it would let such a regression through).
 
 How to run it (from the repository root, or ``tox -e perf``, which installs every first-party
-package; not in CI's default run yet: see README's test section)::
+package; CI runs ``tox -e perf`` with the rest of the README's test command)::
 
     python benchmarks/perf_gate.py                       # judge against benchmarks/gate/baselines.json
     python benchmarks/perf_gate.py --only step_lean,import_torchplug
