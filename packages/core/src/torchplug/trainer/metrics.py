@@ -92,6 +92,7 @@ class _Metric:
         "on_epoch",
         "on_step",
         "options",
+        "phase",
         "prog_bar",
         "reduce_fx",
         "sync",
@@ -126,9 +127,10 @@ class _Metric:
         self.total: Any = None
         self.weight = 0.0
         self.epoch_value: Any = None
-        #: The ``self.log`` arguments of the last call accepted (and the phase it was made in): the same
-        #: tuple again needs no check.
+        #: The ``self.log`` options of the last call accepted (LOG_OPTIONS' order) and the phase it was
+        #: made in: the same options again in the same phase need no check.
         self.args: tuple[Any, ...] = ()
+        self.phase: LogPhase | None = None
         #: What the first call's options mean, resolved (see :func:`_options`): later calls must agree.
         self.options: dict[str, Any] = {}
 
@@ -325,13 +327,13 @@ class MetricStore:
         idx = self.dataloader_idx
         key = name if idx is None or not add_dataloader_idx else f"{name}{_DATALOADER_SUFFIX}{idx}"
         metric = self._active.get(key)
-        args = (*options, self.phase)
+        phase = self.phase
         if metric is None:
             metric = self._create(key, name, value, options, add_dataloader_idx)
-            metric.args = args
+            metric.args, metric.phase = options, phase
         else:
-            if args != metric.args:  # the same call as before costs this one comparison
-                self._check_same_options(metric, name, args)
+            if options != metric.args or phase != metric.phase:  # the same call as before costs these comparisons
+                self._check_same_options(metric, name, options, phase)
             if idx is not None and metric.dataloader_idx != idx:
                 raise MisconfigurationError(
                     f"self.log({name!r}, add_dataloader_idx=False) was called for dataloaders "
@@ -424,7 +426,7 @@ class MetricStore:
             self._objects.setdefault(self.stage, []).append(metric)
         return metric
 
-    def _check_same_options(self, metric: _Metric, name: str, args: tuple[Any, ...]) -> None:
+    def _check_same_options(self, metric: _Metric, name: str, args: tuple[Any, ...], phase: LogPhase | None) -> None:
         """A later ``self.log`` of the same name in the same phase must mean what the first call meant.
 
         The first call decides how the value is recorded (step or epoch, the reduction, the
@@ -433,10 +435,9 @@ class MetricStore:
         default, ``"mean"`` and ``torch.mean``) are accepted. Calls from another phase (``training_step``
         and ``on_train_epoch_end``, with other defaults) are recorded under the first call's options.
         """
-        phase = args[-1]
-        if phase != metric.args[-1] or phase is None:
+        if phase != metric.phase or phase is None:
             return
-        options = _options(name, phase, *args[:-1])
+        options = _options(name, phase, *args)
         changed = [key for key, value in options.items() if value != metric.options[key]]
         if changed:
             was = ", ".join(f"{key}={metric.options[key]!r}" for key in changed)
