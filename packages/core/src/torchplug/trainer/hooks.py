@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 from torchplug.callbacks.callback import Callback
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
+from torchplug.utilities.model_helpers import overrides as is_overridden  # the one implementation, (obj, name, base)
 
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
@@ -22,21 +23,6 @@ if TYPE_CHECKING:
 __all__ = ["HookRunner", "is_overridden"]
 
 Hook = Callable[..., Any]
-
-
-def is_overridden(obj: object, name: str, base: type) -> bool:
-    """Whether ``obj`` (an instance) overrides ``base``'s method ``name``, or sets it on the instance.
-
-    The class attribute is compared with the base class's, so wrapping the override in a
-    decorator (with or without ``functools.wraps``) keeps it an override. ``None`` in its place,
-    on the instance (``model.validation_step = None``) or the class, is no override: it turns the
-    hook or step off, as in Lightning.
-    """
-    own = getattr(obj, "__dict__", {})
-    if name in own:
-        return own[name] is not None
-    attribute = getattr(type(obj), name, None)
-    return attribute is not None and attribute is not getattr(base, name, None)
 
 
 class HookRunner:
