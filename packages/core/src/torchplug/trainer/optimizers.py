@@ -3,49 +3,23 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import fields
 from typing import TYPE_CHECKING, Any, Final
 
-import torch
 from torch.optim import Optimizer
 
 from torchplug._errors import MisconfigurationError
 from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug.utilities.types import LRSchedulerConfig  # defined with the public types, read here
 
 if TYPE_CHECKING:
     from torchplug.trainer.trainer import Trainer
 
 __all__ = ["LRSchedulerConfig", "configure_optimizers", "parse_optimizers"]
 
-_SCHEDULER_KEYS: Final = {"scheduler", "name", "interval", "frequency", "monitor", "strict"}
+_SCHEDULER_KEYS: Final = {field.name for field in fields(LRSchedulerConfig)}
 #: What the Trainer reads only to step schedulers itself, which manual optimization leaves to the module.
-_AUTOMATIC_ONLY_KEYS: Final = ("frequency", "monitor", "strict")
-
-
-@dataclass
-class LRSchedulerConfig:
-    """A scheduler and when to step it.
-
-    Attributes:
-        scheduler: The ``torch.optim.lr_scheduler`` object.
-        name: Shown by LearningRateMonitor (default: ``lr-<Optimizer class>``).
-        interval: ``"epoch"`` (after each epoch's validation) or ``"step"`` (after each optimizer step).
-        frequency: Step it every this many intervals.
-        monitor: Metric passed to ``ReduceLROnPlateau.step``.
-        strict: Raise when ``monitor`` was not logged (otherwise skip the step with a warning).
-    """
-
-    scheduler: Any
-    name: str | None = None
-    interval: str = "epoch"
-    frequency: int = 1
-    monitor: str | None = None
-    strict: bool = True
-
-    @property
-    def reduce_on_plateau(self) -> bool:
-        """Whether the scheduler needs a metric value to step."""
-        return isinstance(self.scheduler, torch.optim.lr_scheduler.ReduceLROnPlateau)
+_AUTOMATIC_ONLY_KEYS: Final = ("frequency", "reduce_on_plateau", "monitor", "strict")
 
 
 def parse_optimizers(output: Any, automatic: bool = True) -> tuple[list[Optimizer], list[LRSchedulerConfig]]:
