@@ -39,6 +39,7 @@ from torchplug.trainer.states import FitProgress, RunningStage
 from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
+from torchplug.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from torchplug.loops.state import RunState
@@ -346,7 +347,8 @@ class FitLoop:
         rank_zero_warn(
             f"An epoch has {int(batches)} training batches, fewer than log_every_n_steps={every}: metrics logged "
             f"on_step reach the loggers only every {every} optimizer steps, across epochs, so a short run writes "
-            f"few or none. Hint: Trainer(log_every_n_steps={int(batches)}) or lower writes them every epoch."
+            f"few or none. Hint: Trainer(log_every_n_steps={int(batches)}) or lower writes them every epoch.",
+            category=PossibleUserWarning,
         )
 
     def can_stop_early(self) -> bool:
@@ -538,7 +540,8 @@ class FitLoop:
             rank_zero_warn(
                 f"{len(in_eval)} module(s) are in eval mode at the start of training ({', '.join(in_eval[:5])}"
                 f"{', ...' if len(in_eval) > 5 else ''}): dropout and batch norm behave as in evaluation. If this "
-                "is not intended, call model.train() before fit()."
+                "is not intended, call model.train() before fit().",
+                category=PossibleUserWarning,
             )
 
     def run_epoch(self) -> None:

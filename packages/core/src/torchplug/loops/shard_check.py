@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchplug.utilities.rank_zero import rank_zero_warn
+from torchplug.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from torchplug.strategies.strategy import Strategy
@@ -83,6 +84,7 @@ def warn_if_every_process_got_the_same_batch(strategy: Strategy, iterator: Itera
             "repeats the data world_size times over). An IterableDataset must shard itself (by "
             "torch.distributed.get_rank() and get_world_size(), e.g. datasets' split_dataset_by_node); a "
             "DataLoader with use_distributed_sampler=False needs a DistributedSampler. Hint: if each process "
-            "should see the same data, this warning can be ignored."
+            "should see the same data, this warning can be ignored.",
+            category=PossibleUserWarning,
         )
     return rest

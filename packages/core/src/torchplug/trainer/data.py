@@ -33,6 +33,7 @@ from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.env_vars import env_int
 from torchplug.utilities.rank_zero import rank_zero_warn
 from torchplug.utilities.seed import worker_init_function, workers_seeded
+from torchplug.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from torchplug.strategies.strategy import Strategy
@@ -717,5 +718,6 @@ def _warn_if_padded(what: str, loaders: list[Any]) -> None:
             rank_zero_warn(
                 f"trainer.{what}(){which}: the DistributedSampler repeats {repeated} of the {shared} samples to give "
                 f"every process an equal share, so metrics over the whole set count them twice. Hint: run "
-                f"{what} on one device (Trainer(devices=1)), or use a dataset whose size divides evenly."
+                f"{what} on one device (Trainer(devices=1)), or use a dataset whose size divides evenly.",
+                category=PossibleUserWarning,
             )

@@ -190,6 +190,7 @@ def _warn_unsynced(name: str, world_size: int) -> None:
     """Once per name and process, on rank 0: an epoch value that each process reduces over its own batches only."""
     from torchplug.utilities.rank_zero import rank_zero_only
     from torchplug.utilities.warn import warn_once
+    from torchplug.utilities.warnings import PossibleUserWarning
 
     if rank_zero_only.is_zero():
         warn_once(
@@ -197,7 +198,8 @@ def _warn_unsynced(name: str, world_size: int) -> None:
             f"each process reduces its own batches only, so the loggers and the progress bar show rank 0's value, "
             f"and callbacks that monitor it (ModelCheckpoint, EarlyStopping) judge a part of the data. Hint: "
             f"self.log({name!r}, ..., sync_dist=True) reduces it over all processes at each epoch's end, or log a "
-            "torchmetrics Metric, which syncs itself; rank_zero_only=True says rank 0's value is meant."
+            "torchmetrics Metric, which syncs itself; rank_zero_only=True says rank 0's value is meant.",
+            PossibleUserWarning,
         )
 
 
