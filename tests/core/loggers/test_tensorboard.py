@@ -165,3 +165,9 @@ def test_sibling_log_dirs_are_the_other_numbered_versions(tmp_path):
     logger = TensorBoardLogger(tmp_path, name="exp", sub_dir="train")
     assert logger.version == 3
     assert sorted(logger.sibling_log_dirs()) == [f"{tmp_path}/exp/version_0/train", f"{tmp_path}/exp/version_2/train"]
+
+
+def test_the_availability_flag_lightning_code_asks_says_whether_tensorboard_is_installed():
+    from torchplug.loggers.tensorboard import _TENSORBOARD_AVAILABLE
+
+    assert _TENSORBOARD_AVAILABLE is HAS_TENSORBOARD

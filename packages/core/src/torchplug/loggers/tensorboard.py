@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
 import fsspec
 from typing_extensions import override
@@ -26,6 +26,9 @@ from torchplug.utilities.rank_zero import rank_zero_warn
 __all__ = ["TensorBoardLogger"]
 
 _MISSING = "TensorBoardLogger needs tensorboard. Hint: pip install tensorboard"
+
+#: Whether ``tensorboard`` is installed (found, not imported), as Lightning user code asks before using this logger.
+_TENSORBOARD_AVAILABLE: Final = tensorboard_available()
 
 
 def _require_tensorboard() -> None:

@@ -3,6 +3,10 @@
 Plugin probes run while ``core plugins list`` lists them, and ``import torchplug`` (or a plugin
 package) must stay free of torch: these helpers only look, or import on first use. This module
 imports neither torch nor a vendor library.
+
+Lightning's availability flags that user code imports from here (``_OMEGACONF_AVAILABLE``,
+``_TORCHVISION_AVAILABLE``) are looked up on first access, so ``import torchplug`` pays nothing
+for them.
 """
 
 from __future__ import annotations
@@ -12,9 +16,22 @@ import importlib.metadata
 import importlib.util
 import sys
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Final
 
 __all__ = ["distribution_version", "lazy_attributes", "module_available"]
+
+#: Lightning's availability flags: the flag's name to the module it looks for.
+_FLAGS: Final = {"_OMEGACONF_AVAILABLE": "omegaconf", "_TORCHVISION_AVAILABLE": "torchvision"}
+
+
+def __getattr__(name: str) -> bool:
+    """A flag of :data:`_FLAGS`: whether its module is installed, looked up once, on first access."""
+    module = _FLAGS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    available = module_available(module)
+    globals()[name] = available
+    return available
 
 
 def module_available(name: str) -> bool:
