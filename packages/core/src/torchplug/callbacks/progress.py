@@ -115,8 +115,8 @@ class ProgressBar(Callback):
         """
         items: dict[str, Any] = {}
         logger = trainer.logger
-        if logger is not None:
-            version = logger.version
+        version = logger.version if logger is not None else ""
+        if version != "":  # a logger without run versions (fast_dev_run's DummyLogger) shows none
             items["v_num"] = version[-4:] if isinstance(version, str) else version
         for name, value in trainer.progress_bar_metrics.items():
             items[name] = f"{value:.4g}"

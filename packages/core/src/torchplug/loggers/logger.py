@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from typing_extensions import Self
+from typing_extensions import Self, override
 
 if TYPE_CHECKING:
     from torchplug.callbacks.model_checkpoint import ModelCheckpoint
 
-__all__ = ["Logger", "flatten_params", "metric_value"]
+__all__ = ["DummyExperiment", "DummyLogger", "Logger", "flatten_params", "metric_value"]
 
 
 class Logger(ABC):
@@ -100,6 +100,76 @@ class Logger(ABC):
     def finalize(self, status: str) -> None:
         """Called once at the end of a run (``status``: ``"success"``, ``"failed"`` or ``"interrupted"``)."""
         self.save()
+
+
+class DummyExperiment:
+    """An experiment that records nothing: any method called on it (``add_image``, ``log``...) does nothing.
+
+    It is what :attr:`DummyLogger.experiment` returns, so that code written for a tracker's own
+    object (``self.logger.experiment.add_histogram(...)``) runs unchanged where nothing is logged.
+    Indexing it (``experiment[0]``) gives it back.
+    """
+
+    def _nothing(self, *args: Any, **kwargs: Any) -> None:
+        """Accept any call, do nothing."""
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("__"):  # pickle and copy ask for protocol methods: answer as a plain object does
+            raise AttributeError(name)
+        return self._nothing
+
+    def __getitem__(self, index: Any) -> DummyExperiment:
+        return self
+
+    def __setitem__(self, index: Any, value: Any) -> None:
+        pass
+
+
+class DummyLogger(Logger):
+    """A logger that records nothing, for runs that must write nothing but run the user's logging code.
+
+    ``Trainer(fast_dev_run=...)`` puts one in place of the loggers it was given (none for
+    ``logger=False``): ``trainer.logger`` is not None, so ``self.logger.experiment.add_image(...)``
+    and ``self.logger.log_metrics(...)`` run, and nothing is written. Any method called on it, or on
+    its :attr:`experiment`, does nothing; ``name`` and ``version`` are empty strings.
+    """
+
+    def __init__(self) -> None:
+        self._experiment = DummyExperiment()
+
+    @property
+    def experiment(self) -> DummyExperiment:
+        """An experiment that accepts any method call and does nothing."""
+        return self._experiment
+
+    @property
+    @override
+    def name(self) -> str:
+        """An empty string: there is no experiment."""
+        return ""
+
+    @property
+    @override
+    def version(self) -> str:
+        """An empty string: there is no run directory."""
+        return ""
+
+    @override
+    def log_metrics(self, *args: Any, **kwargs: Any) -> None:
+        """Record nothing."""
+
+    @override
+    def log_hyperparams(self, *args: Any, **kwargs: Any) -> None:
+        """Record nothing."""
+
+    def __getitem__(self, index: int) -> DummyLogger:
+        # Code written for a list of loggers (self.logger[0].experiment...) gets this one back.
+        return self
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        if name.startswith("__"):  # pickle (ddp_spawn sends the Trainer) and copy ask for protocol methods
+            raise AttributeError(name)
+        return self._experiment._nothing
 
 
 def flatten_params(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:

@@ -342,7 +342,7 @@ class FitLoop:
         """
         batches = self._data.num_training_batches
         every = self._run.config.log_every_n_steps
-        if not self._logging.loggers or math.isinf(batches) or not 0 < batches < every:
+        if not self._logging.loggers or self._run.config.fast_dev_run or math.isinf(batches) or not 0 < batches < every:
             return
         rank_zero_warn(
             f"An epoch has {int(batches)} training batches, fewer than log_every_n_steps={every}: metrics logged "

@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Final
 
 from torchplug._errors import MisconfigurationError, PluginUnavailableError
-from torchplug.loggers.logger import Logger
+from torchplug.loggers.logger import DummyLogger, Logger
 from torchplug.utilities.rank_zero import rank_zero_warn
 
 if TYPE_CHECKING:
@@ -38,7 +38,9 @@ def default_logger_name() -> str:
     return "tensorboard" if tensorboard_available() else "csv"
 
 
-def build_loggers(logger: Any, default_root_dir: str, host: PluginHost | None = None) -> list[Logger]:
+def build_loggers(
+    logger: Any, default_root_dir: str, host: PluginHost | None = None, fast_dev_run: bool = False
+) -> list[Logger]:
     """The loggers of ``Trainer(logger=...)``, each created once, in the order given.
 
     Args:
@@ -46,6 +48,8 @@ def build_loggers(logger: Any, default_root_dir: str, host: PluginHost | None = 
             iterable of names and Loggers.
         default_root_dir: Where loggers created from a name write (see :meth:`Logger.for_trainer`).
         host: The plugins to look names up in (default: this process's).
+        fast_dev_run: A development run, which writes nothing: one :class:`DummyLogger` stands in for
+            the loggers asked for (none when none is), and none is created.
 
     Raises:
         MisconfigurationError: A value of another type, or one name or Logger object given twice.
@@ -53,6 +57,8 @@ def build_loggers(logger: Any, default_root_dir: str, host: PluginHost | None = 
         PluginUnavailableError: A registered logger whose library is missing (with the install hint).
         BrokenPluginError, PluginConflictError: As for any plugin name.
     """
+    if fast_dev_run:
+        return _dev_run_loggers(logger)
     if logger is None or logger is True:
         return [_default_logger(default_root_dir, host)]
     if logger is False:
@@ -73,6 +79,14 @@ def build_loggers(logger: Any, default_root_dir: str, host: PluginHost | None = 
             "Hint: list it once."
         )
     return [item if isinstance(item, Logger) else create_logger(item, default_root_dir, host) for item in items]
+
+
+def _dev_run_loggers(logger: Any) -> list[Logger]:
+    if logger is False:
+        return []
+    if logger is None or logger is True or isinstance(logger, (str, Logger)):
+        return [DummyLogger()]
+    return [DummyLogger()] if _as_list(logger) else []
 
 
 def _as_list(logger: Any) -> list[Any]:

@@ -254,7 +254,7 @@ class Trainer(TrainerProperties):
             rank_zero_info(self._resolution.summary())
         self.callbacks = build_callbacks(callbacks, enable_checkpointing, enable_progress_bar, dev, barebones)
         self.callbacks = add_feature_callbacks(self.callbacks, enable_model_summary, max_time, barebones)
-        self.loggers: list[Logger] = [] if dev else build_loggers(logger, self.default_root_dir, plugin_host)
+        self.loggers: list[Logger] = build_loggers(logger, self.default_root_dir, plugin_host, fast_dev_run=bool(dev))
         self._hooks = HookRunner(self)
         self._logging = LoggerConnector(self)
         self._data = DataConnector(self)
