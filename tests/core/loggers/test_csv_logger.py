@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import csv
 import enum
 import os
@@ -14,7 +15,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 from tests.core.loggers.conftest import LoggingModel
 from torchplug._errors import MisconfigurationError
-from torchplug.loggers.csv_logs import CSVLogger
+from torchplug.loggers.csv_logs import CSVLogger, ExperimentWriter
 from torchplug.trainer.trainer import Trainer
 
 
@@ -181,3 +182,74 @@ def test_a_save_dir_that_is_no_directory_is_refused_naming_it(tmp_path, kind):
         with pytest.raises(MisconfigurationError, match=rf"{logger.__name__}\({shown}"):
             logger(save_dir)
     assert taken.read_text() == ""  # left as it was
+
+
+def _rows(path: str) -> list[dict[str, str]]:
+    with open(path, newline="") as stream:
+        return list(csv.DictReader(stream))
+
+
+def test_the_experiment_is_the_writer_of_metrics_csv_and_hparams_yaml(tmp_path):
+    logger = CSVLogger(tmp_path, name="exp")
+    writer = logger.experiment
+    assert isinstance(writer, ExperimentWriter)
+    assert logger.experiment is writer
+    assert os.path.isdir(logger.log_dir)  # made with the writer, for files of your own beside the metrics
+    assert writer.metrics_file_path == logger.metrics_file == f"{tmp_path}/exp/version_0/metrics.csv"
+
+    writer.log_metrics({"acc": torch.tensor(0.5)}, step=10)
+    writer.log_metrics({"acc": 0.75})  # no step: the number of rows logged before it
+    assert [row["step"] for row in writer.metrics] == [10, 1]
+    writer.log_hparams({"lr": 0.1})
+    writer.log_hparams({"layers": 2})
+    writer.save()
+
+    assert writer.metrics == []  # written, and cleared
+    assert _rows(writer.metrics_file_path) == [{"step": "10", "acc": "0.5"}, {"step": "1", "acc": "0.75"}]
+    with open(f"{logger.log_dir}/hparams.yaml") as stream:
+        assert yaml.safe_load(stream) == {"lr": 0.1, "layers": 2}  # every call's parameters
+
+
+def test_log_metrics_without_a_step_counts_the_rows(tmp_path):
+    logger = CSVLogger(tmp_path, flush_logs_every_n_steps=2)
+    for value in (0.1, 0.2, 0.3):
+        logger.log_metrics({"loss": value})
+    logger.save()
+    assert [row["step"] for row in _rows(logger.metrics_file)] == ["0", "1", "2"]
+
+
+@pytest.mark.parametrize(
+    ("params", "written"),
+    [(None, {}), (argparse.Namespace(lr=0.1, depth=3), {"lr": 0.1, "depth": 3})],
+    ids=["none", "Namespace"],
+)
+def test_log_hyperparams_takes_no_params_or_a_namespace(tmp_path, params, written):
+    logger = CSVLogger(tmp_path)
+    if params is None:
+        logger.log_hyperparams()
+    else:
+        logger.log_hyperparams(params)
+    with open(f"{logger.log_dir}/hparams.yaml") as stream:
+        assert yaml.safe_load(stream) == written
+
+
+def test_log_hyperparams_refuses_what_is_no_dict(tmp_path):
+    with pytest.raises(TypeError, match=r"log_hyperparams\(\) takes a dict or an argparse Namespace, got list"):
+        CSVLogger(tmp_path).log_hyperparams([("lr", 0.1)])
+
+
+def test_a_subclass_naming_its_experiment_and_version_writes_there(tmp_path):
+    class Named(CSVLogger):
+        @property
+        def name(self) -> str:
+            return "mine"
+
+        @property
+        def version(self) -> str:
+            return "run-a"
+
+    logger = Named(tmp_path)
+    logger.log_metrics({"x": 1.0}, 0)
+    logger.save()
+    assert logger.log_dir == f"{tmp_path}/mine/run-a"
+    assert os.path.isfile(f"{tmp_path}/mine/run-a/metrics.csv")

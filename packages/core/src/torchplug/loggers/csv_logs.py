@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import os
 from collections.abc import Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, Final
 
 from typing_extensions import override
 
@@ -18,10 +18,106 @@ from torchplug.loggers._versions import (
     version_folder,
     write_hparams,
 )
-from torchplug.loggers.logger import Logger
+from torchplug.loggers.logger import Logger, convert_params
 from torchplug.utilities.rank_zero import rank_zero_warn
 
-__all__ = ["CSVLogger"]
+if TYPE_CHECKING:
+    from argparse import Namespace
+
+__all__ = ["CSVLogger", "ExperimentWriter"]
+
+
+class ExperimentWriter:
+    """What :class:`CSVLogger` writes with (its ``experiment``): rows to ``metrics.csv``, ``hparams.yaml``.
+
+    Rows are kept in :attr:`metrics` until :meth:`save` appends them to :attr:`metrics_file_path`
+    (the file is rewritten when a row brings new columns). The directory is made when the writer is.
+
+    Example:
+        >>> writer = trainer.logger.experiment
+        >>> writer.log_metrics({"custom": 0.5}, step=10)
+        >>> writer.save()
+
+    Args:
+        log_dir: The run's directory (a local path or fsspec URL).
+        label: How warnings name the writer (:class:`CSVLogger` gives ``CSVLogger(version=...)``).
+    """
+
+    NAME_METRICS_FILE: Final = "metrics.csv"
+    NAME_HPARAMS_FILE: Final = "hparams.yaml"
+
+    def __init__(self, log_dir: str, label: str = "ExperimentWriter") -> None:
+        import fsspec  # on first use: building a Trainer should not pay for it
+
+        self.log_dir = log_dir
+        self.metrics_file_path = f"{log_dir.rstrip('/')}/{self.NAME_METRICS_FILE}"
+        #: The rows logged and not yet written (``save`` writes and clears them).
+        self.metrics: list[dict[str, Any]] = []
+        #: Every hyperparameter logged so far (``hparams.yaml`` holds them all).
+        self.hparams: dict[str, Any] = {}
+        self._label = label
+        self._fs: Any = fsspec.url_to_fs(log_dir)[0]
+        self._columns: list[str] = []
+        self._written_columns: list[str] | None = None
+        self._rows = 0
+        self._fs.makedirs(log_dir, exist_ok=True)
+
+    def log_metrics(self, metrics_dict: Mapping[str, Any], step: int | None = None) -> None:
+        """Keep one row: ``step`` (None: the number of rows logged before it) and the metrics.
+
+        A tensor or NumPy value is written as its Python number; other values as they are.
+        """
+        row = {"step": self._rows if step is None else step}
+        row.update({key: _plain(value) for key, value in metrics_dict.items()})
+        for key in row:
+            if key not in self._columns:
+                self._columns.append(key)
+        self.metrics.append(row)
+        self._rows += 1
+
+    def log_hparams(self, params: Mapping[str, Any]) -> None:
+        """Add ``params`` to :attr:`hparams` and write them all to ``hparams.yaml`` (see ``yaml_value``)."""
+        self.hparams.update(params)
+        write_hparams(self._fs, self.log_dir, self.hparams)
+
+    def save(self) -> None:
+        """Append the rows kept to ``metrics.csv`` (rewriting it when new columns appeared)."""
+        if not self.metrics:
+            return
+        self._fs.makedirs(self.log_dir, exist_ok=True)
+        if self._written_columns == self._columns:
+            with self._fs.open(self.metrics_file_path, "a", newline="") as stream:
+                csv.DictWriter(stream, fieldnames=self._columns).writerows(self.metrics)
+        else:
+            if self._written_columns is None:
+                self._warn_if_replacing()
+            old = self._read_existing()
+            with self._fs.open(self.metrics_file_path, "w", newline="") as stream:
+                writer = csv.DictWriter(stream, fieldnames=self._columns)
+                writer.writeheader()
+                writer.writerows(old + self.metrics)
+            self._written_columns = list(self._columns)
+        self.metrics = []
+
+    def _warn_if_replacing(self) -> None:
+        """The first write of this run: say so when it replaces an earlier run's ``metrics.csv``."""
+        if self._fs.exists(self.metrics_file_path):
+            rank_zero_warn(
+                f"{self._label}: {self.metrics_file_path} exists already (an earlier run's metrics); this run "
+                "replaces it. Hint: leave version unset to write to the next free version_<n>, or give another "
+                "version."
+            )
+
+    def _read_existing(self) -> list[dict[str, Any]]:
+        if self._written_columns is None or not self._fs.exists(self.metrics_file_path):
+            return []
+        with self._fs.open(self.metrics_file_path, "r", newline="") as stream:
+            return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(stream)]
+
+
+def _plain(value: Any) -> Any:
+    item = getattr(value, "item", None)
+    return item() if callable(item) else value
 
 
 class CSVLogger(Logger):
@@ -65,9 +161,7 @@ class CSVLogger(Logger):
         self._version = version
         self._flush_every = flush_logs_every_n_steps
         self._prefix = prefix
-        self._rows: list[dict[str, Any]] = []
-        self._columns: list[str] = []
-        self._written_columns: list[str] | None = None
+        self._experiment: ExperimentWriter | None = None
         self._filesystem: Any = None
 
     @property
@@ -107,8 +201,8 @@ class CSVLogger(Logger):
     @property
     def root_dir(self) -> str:
         """``<save_dir>/<name>``: the experiment's directory, holding one directory per version."""
-        base = self._save_dir.rstrip("/")
-        return f"{base}/{self._name}" if self._name else base
+        base, name = self._save_dir.rstrip("/"), self.name  # a subclass's name property counts
+        return f"{base}/{name}" if name else base
 
     @property
     @override
@@ -130,55 +224,41 @@ class CSVLogger(Logger):
     def _next_version(self) -> int:
         return next_version(self._fs, self.root_dir)
 
-    @override
-    def log_hyperparams(self, params: Mapping[str, Any]) -> None:
-        """Write ``hparams.yaml`` (values that YAML cannot represent are written as text)."""
-        write_hparams(self._fs, self.log_dir, params)
+    @property
+    def experiment(self) -> ExperimentWriter:
+        """The :class:`ExperimentWriter` of this run, made on first use (with the run's directory).
+
+        Call its methods to write rows of your own: ``self.logger.experiment.log_metrics({...}, step)``.
+        """
+        if self._experiment is None:
+            self._experiment = ExperimentWriter(self.log_dir, label=f"CSVLogger(version={self.version!r})")
+        return self._experiment
 
     @override
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        """Buffer one row (``step`` plus the metrics); written every ``flush_logs_every_n_steps`` rows."""
+    def log_hyperparams(self, params: Mapping[str, Any] | Namespace | None = None) -> None:
+        """Add ``params`` (a dict or an argparse ``Namespace``; None: none) to ``hparams.yaml``.
+
+        Values that YAML cannot represent are written as text.
+        """
+        self.experiment.log_hparams(convert_params(params))
+
+    @override
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
+        """Keep one row (``step`` plus the metrics); written every ``flush_logs_every_n_steps`` rows.
+
+        Args:
+            metrics: Metric names to numbers (tensors are written as their Python number).
+            step: The row's step; None: the number of rows logged before it, as Lightning counts.
+        """
         if self._prefix:
             metrics = {f"{self._prefix}-{key}": value for key, value in metrics.items()}
-        row = {"step": step, **metrics}
-        for key in row:
-            if key not in self._columns:
-                self._columns.append(key)
-        self._rows.append(row)
-        if len(self._rows) >= self._flush_every:
-            self.save()
+        experiment = self.experiment
+        experiment.log_metrics(metrics, step)
+        if len(experiment.metrics) >= self._flush_every:
+            experiment.save()
 
     @override
     def save(self) -> None:
-        """Append buffered rows to ``metrics.csv`` (rewriting it when new columns appeared)."""
-        if not self._rows:
-            return
-        self._fs.makedirs(self.log_dir, exist_ok=True)
-        if self._written_columns == self._columns:
-            with self._fs.open(self.metrics_file, "a", newline="") as stream:
-                csv.DictWriter(stream, fieldnames=self._columns).writerows(self._rows)
-        else:
-            if self._written_columns is None:
-                self._warn_if_replacing()
-            old = self._read_existing()
-            with self._fs.open(self.metrics_file, "w", newline="") as stream:
-                writer = csv.DictWriter(stream, fieldnames=self._columns)
-                writer.writeheader()
-                writer.writerows(old + self._rows)
-            self._written_columns = list(self._columns)
-        self._rows = []
-
-    def _warn_if_replacing(self) -> None:
-        """The first write of this run: say so when it replaces an earlier run's ``metrics.csv``."""
-        if self._fs.exists(self.metrics_file):
-            rank_zero_warn(
-                f"CSVLogger(version={self.version!r}): {self.metrics_file} exists already (an earlier run's metrics); "
-                "this run replaces it. Hint: leave version unset to write to the next free version_<n>, or give "
-                "another version."
-            )
-
-    def _read_existing(self) -> list[dict[str, Any]]:
-        if self._written_columns is None or not self._fs.exists(self.metrics_file):
-            return []
-        with self._fs.open(self.metrics_file, "r", newline="") as stream:
-            return [{k: v for k, v in row.items() if v != ""} for row in csv.DictReader(stream)]
+        """Append the rows kept to ``metrics.csv`` (rewriting it when new columns appeared)."""
+        if self._experiment is not None:
+            self._experiment.save()

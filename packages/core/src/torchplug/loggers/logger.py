@@ -10,9 +10,11 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import Self, override
 
 if TYPE_CHECKING:
+    from argparse import Namespace
+
     from torchplug.callbacks.model_checkpoint import ModelCheckpoint
 
-__all__ = ["DummyExperiment", "DummyLogger", "Logger", "flatten_params", "metric_value"]
+__all__ = ["DummyExperiment", "DummyLogger", "Logger", "convert_params", "flatten_params", "metric_value"]
 
 
 class Logger(ABC):
@@ -170,6 +172,28 @@ class DummyLogger(Logger):
         if name.startswith("__"):  # pickle (ddp_spawn sends the Trainer) and copy ask for protocol methods
             raise AttributeError(name)
         return self._experiment._nothing
+
+
+def convert_params(params: Mapping[str, Any] | Namespace | None) -> dict[str, Any]:
+    """Hyperparameters as a dict: a mapping copied, an argparse ``Namespace``'s attributes, None as no parameter.
+
+    For a logger's ``log_hyperparams``, which users call with any of the three.
+
+    Raises:
+        TypeError: ``params`` is none of them (the message names its type).
+    """
+    if params is None:
+        return {}
+    if isinstance(params, Mapping):
+        return dict(params)
+    from argparse import Namespace  # only for the rare Namespace: argparse is not imported otherwise
+
+    if isinstance(params, Namespace):
+        return vars(params).copy()
+    raise TypeError(
+        f"log_hyperparams() takes a dict or an argparse Namespace, got {type(params).__name__}. Hint: pass a dict "
+        "of names to values."
+    )
 
 
 def flatten_params(params: Mapping[str, Any], parent: str = "") -> dict[str, Any]:
