@@ -2,17 +2,21 @@
 
 from __future__ import annotations
 
+import argparse
 import glob
 import importlib.util
 import os
 import sys
+from typing import Any
 
 import pytest
 import torch
+import yaml
 from torch.utils.data import DataLoader, TensorDataset
 
 from tests.core.loggers.conftest import LoggingModel
 from torchplug._errors import MisconfigurationError
+from torchplug.core.module import Module
 from torchplug.loggers import TensorBoardLogger
 from torchplug.trainer.trainer import Trainer
 
@@ -171,3 +175,63 @@ def test_the_availability_flag_lightning_code_asks_says_whether_tensorboard_is_i
     from torchplug.loggers.tensorboard import _TENSORBOARD_AVAILABLE
 
     assert _TENSORBOARD_AVAILABLE is HAS_TENSORBOARD
+
+
+class _NoHyperparameters(Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer = torch.nn.Linear(4, 1)
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        x, y = batch
+        return torch.nn.functional.mse_loss(self.layer(x), y)
+
+    def configure_optimizers(self) -> Any:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+
+@needs_tensorboard
+@pytest.mark.parametrize(("model", "written"), [(_NoHyperparameters, {}), (LoggingModel, {"lr": 0.05, "hidden": 4,
+                         "name": "tiny"})], ids=["no hyperparameters", "saved hyperparameters"])  # fmt: skip
+def test_a_one_step_run_leaves_its_version_directory_with_hparams_yaml(tmp_path, model, written):
+    x = torch.randn(4, 4)
+    loader = DataLoader(TensorDataset(x, x.sum(dim=1, keepdim=True)), batch_size=4)
+    logger = TensorBoardLogger(tmp_path, name="tb")
+    trainer = Trainer(accelerator="cpu", logger=logger, max_steps=1, enable_progress_bar=False, limit_val_batches=0)
+    trainer.fit(model(), loader)  # nothing reaches the loggers in 1 step with log_every_n_steps=50
+
+    assert os.path.isdir(f"{tmp_path}/tb/version_0")
+    with open(f"{tmp_path}/tb/version_0/hparams.yaml") as stream:
+        assert yaml.safe_load(stream) == written
+
+
+@needs_tensorboard
+def test_a_subclass_naming_its_experiment_and_version_writes_there(tmp_path):
+    class Named(TensorBoardLogger):
+        @property
+        def name(self) -> str:
+            return "mine"
+
+        @property
+        def version(self) -> str:
+            return "run-a"
+
+    logger = Named(tmp_path)
+    assert logger.root_dir == f"{tmp_path}/mine"
+    assert logger.log_dir == f"{tmp_path}/mine/run-a"
+    logger.log_metrics({"x": 1.0}, step=0)
+    logger.finalize("success")
+    assert glob.glob(f"{tmp_path}/mine/run-a/events.out.tfevents.*")
+
+
+@needs_tensorboard
+def test_log_metrics_without_a_step_and_log_hyperparams_without_params(tmp_path):
+    logger = TensorBoardLogger(tmp_path, name="exp", default_hp_metric=False)
+    logger.log_metrics({"acc": 0.75})
+    logger.log_hyperparams()
+    logger.log_hyperparams(argparse.Namespace(depth=3))
+    logger.finalize("success")
+
+    assert scalars(logger.log_dir)["acc"] == [(0, 0.75)]
+    with open(f"{logger.log_dir}/hparams.yaml") as stream:
+        assert yaml.safe_load(stream) == {"depth": 3}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import fsspec
 from typing_extensions import override
@@ -20,8 +20,11 @@ from torchplug.loggers._versions import (
     version_folder,
     write_hparams,
 )
-from torchplug.loggers.logger import Logger, flatten_params, metric_value
+from torchplug.loggers.logger import Logger, convert_params, flatten_params, metric_value
 from torchplug.utilities.rank_zero import rank_zero_warn
+
+if TYPE_CHECKING:
+    from argparse import Namespace
 
 __all__ = ["TensorBoardLogger"]
 
@@ -142,8 +145,8 @@ class TensorBoardLogger(Logger):
     @property
     def root_dir(self) -> str:
         """``<save_dir>/<name>``: the experiment's directory, holding one directory per version."""
-        base = self._save_dir.rstrip("/")
-        return f"{base}/{self._name}" if self._name else base
+        base, name = self._save_dir.rstrip("/"), self.name  # a subclass's name property counts
+        return f"{base}/{name}" if name else base
 
     @property
     @override
@@ -174,8 +177,10 @@ class TensorBoardLogger(Logger):
     # -- what -----------------------------------------------------------------------------------
 
     @override
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+    def log_metrics(self, metrics: Mapping[str, float], step: int | None = None) -> None:
         """Add each metric as a scalar at ``step`` (a dict value becomes one chart of several scalars).
+
+        Without a ``step`` the event has none, and TensorBoard shows it at step 0.
 
         The scalars of one call travel to the event writer's thread as one summary (what
         ``add_scalar`` writes for each, in one event): one hand-off per logging step instead of
@@ -194,16 +199,19 @@ class TensorBoardLogger(Logger):
             writer._get_file_writer().add_summary(_summary_class()(value=values), step)
 
     @override
-    def log_hyperparams(self, params: Mapping[str, Any], metrics: Mapping[str, float] | None = None) -> None:
+    def log_hyperparams(
+        self, params: Mapping[str, Any] | Namespace | None = None, metrics: Mapping[str, float] | None = None
+    ) -> None:
         """Record ``params`` in TensorBoard's HPARAMS tab and in ``hparams.yaml``.
 
         Args:
-            params: The hyperparameters; nested dicts are flattened to ``outer/inner`` names and
-                values TensorBoard cannot show are written as text.
+            params: The hyperparameters (a dict or an argparse ``Namespace``; None: none); nested dicts
+                are flattened to ``outer/inner`` names and values TensorBoard cannot show are written as text.
             metrics: Metrics to show beside them (default: ``hp_metric = -1`` with ``default_hp_metric``).
         """
         from torch.utils.tensorboard.summary import hparams
 
+        params = convert_params(params)
         flat = {key: _hparam_value(value) for key, value in flatten_params(params).items()}
         self.hparams.update(params)
         if metrics is None and self._default_hp_metric:
@@ -243,10 +251,14 @@ class TensorBoardLogger(Logger):
 
     @override
     def save(self) -> None:
-        """Flush pending events and write ``hparams.yaml`` into the version directory."""
+        """Flush pending events and write ``hparams.yaml`` (empty when none were logged) into the version directory.
+
+        The directory is made if no event was written yet, so that every run, even one that logged
+        nothing, leaves its version directory with its ``hparams.yaml`` (as in Lightning).
+        """
         if self._experiment is not None:
             self._experiment.flush()
-        if self.hparams:
+        if self.hparams or not self._fs.exists(f"{self.log_dir}/hparams.yaml"):
             write_hparams(self._fs, self.log_dir, self.hparams)
 
     @override
