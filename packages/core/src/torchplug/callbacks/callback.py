@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchplug.utilities.annotations import RealSignature
+
 if TYPE_CHECKING:
     import torch
 
@@ -23,6 +25,9 @@ class Callback:
     (``pl_module.log("name", value)``). Callbacks with state implement
     :meth:`state_dict`/:meth:`load_state_dict`; it is saved in checkpoints under :attr:`state_key`.
     """
+
+    #: ``inspect.signature`` of torchplug's subclasses shows real types (utilities/annotations.py).
+    __signature__ = RealSignature()
 
     @property
     def state_key(self) -> str:

@@ -17,6 +17,7 @@ from typing_extensions import override
 
 from torchplug.callbacks._rich import require_rich
 from torchplug.callbacks.progress import ProgressBar
+from torchplug.utilities.annotations import RealSignature
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -52,6 +53,8 @@ class RichProgressBarTheme:
     metrics: str = "white"
     metrics_text_delimiter: str = " "
     metrics_format: str = ".3f"
+
+    __signature__ = RealSignature()  # inspect.signature shows real types (utilities/annotations.py)
 
 
 class RichProgressBar(ProgressBar):

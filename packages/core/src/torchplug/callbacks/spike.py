@@ -13,6 +13,7 @@ from typing_extensions import override
 
 from torchplug._errors import MisconfigurationError
 from torchplug.callbacks.callback import Callback
+from torchplug.utilities.annotations import RealSignature
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -23,6 +24,8 @@ __all__ = ["SpikeDetection", "TrainingSpikeException"]
 
 class TrainingSpikeException(RuntimeError):
     """Raised by :class:`SpikeDetection` when the loss spiked in batch ``batch_idx``."""
+
+    __signature__ = RealSignature()  # inspect.signature shows real types (utilities/annotations.py)
 
     def __init__(self, batch_idx: int, *args: Any) -> None:
         super().__init__(f"Training spike detected in batch {batch_idx}", *args)

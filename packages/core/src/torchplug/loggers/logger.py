@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import Self, override
 
+from torchplug.utilities.annotations import RealSignature
+
 if TYPE_CHECKING:
     from argparse import Namespace
 
@@ -24,6 +26,9 @@ class Logger(ABC):
     hook, and users name it (``Trainer(logger="mlflow")``, ``--trainer.logger=mlflow``). The Trainer
     then creates it with :meth:`for_trainer`.
     """
+
+    #: ``inspect.signature`` of torchplug's subclasses shows real types (utilities/annotations.py).
+    __signature__ = RealSignature()
 
     @classmethod
     def for_trainer(cls, default_root_dir: str, **init_params: Any) -> Self:

@@ -20,6 +20,7 @@ from collections.abc import Callable, Generator
 from typing import TYPE_CHECKING, Any
 
 from torchplug._errors import MisconfigurationError
+from torchplug.utilities.annotations import RealSignature
 from torchplug.utilities.rank_zero import log
 
 if TYPE_CHECKING:
@@ -38,6 +39,9 @@ class Profiler:
 
     #: Whether the Trainer wraps its actions for this profiler (the pass-through profiler wraps nothing).
     active: bool = True
+
+    #: ``inspect.signature`` of torchplug's subclasses shows real types (utilities/annotations.py).
+    __signature__ = RealSignature()
 
     def __init__(self, dirpath: str | os.PathLike[str] | None = None, filename: str | None = None) -> None:
         self.dirpath = None if dirpath is None else os.fspath(dirpath)

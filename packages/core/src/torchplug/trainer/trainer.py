@@ -15,6 +15,7 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any
 
 from torchplug._errors import MisconfigurationError
+from torchplug._host import PluginHost  # at run time: Trainer's signature shows real types
 from torchplug.callbacks.callback import Callback
 from torchplug.core.datamodule import DataModule
 from torchplug.core.module import Module
@@ -43,10 +44,10 @@ from torchplug.trainer.properties import TrainerProperties
 from torchplug.trainer.run import Runner
 from torchplug.trainer.signals import SignalStop
 from torchplug.trainer.states import RunningStage, TrainerFn
+from torchplug.utilities.annotations import RealSignature
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_only
 
 if TYPE_CHECKING:
-    from torchplug._host import PluginHost
     from torchplug.callbacks.prediction_writer import BasePredictionWriter
     from torchplug.strategies.strategy import Strategy
 
@@ -122,6 +123,8 @@ class Trainer(TrainerProperties):
         model_registry: Not supported (it needs Lightning's cloud model registry); only None is accepted.
         plugin_host: The plugins to resolve names from (default: this process's, see ``core plugins list``).
     """
+
+    __signature__ = RealSignature()  # inspect.signature(Trainer) shows real types (utilities/annotations.py)
 
     def __init__(
         self,
