@@ -5,7 +5,7 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any
 
 import fsspec
 from typing_extensions import override
@@ -30,8 +30,15 @@ __all__ = ["TensorBoardLogger"]
 
 _MISSING = "TensorBoardLogger needs tensorboard. Hint: pip install tensorboard"
 
-#: Whether ``tensorboard`` is installed (found, not imported), as Lightning user code asks before using this logger.
-_TENSORBOARD_AVAILABLE: Final = tensorboard_available()
+
+def __getattr__(name: str) -> bool:
+    # ``_TENSORBOARD_AVAILABLE``: whether tensorboard is installed (found, not imported), as Lightning code asks.
+    # Looked up on first access: finding a top-level package costs more than the rest of this module's import.
+    if name != "_TENSORBOARD_AVAILABLE":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    available = tensorboard_available()
+    globals()[name] = available
+    return available
 
 
 def _require_tensorboard() -> None:

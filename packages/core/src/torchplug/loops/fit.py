@@ -39,7 +39,6 @@ from torchplug.trainer.states import FitProgress, RunningStage
 from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.rank_zero import rank_zero_info, rank_zero_warn
 from torchplug.utilities.seed import capture_rng_states, restore_rng_states
-from torchplug.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from torchplug.loops.state import RunState
@@ -344,6 +343,8 @@ class FitLoop:
         every = self._run.config.log_every_n_steps
         if not self._logging.loggers or self._run.config.fast_dev_run or math.isinf(batches) or not 0 < batches < every:
             return
+        from torchplug.utilities.warnings import PossibleUserWarning  # a module of its own: loaded when it warns
+
         rank_zero_warn(
             f"An epoch has {int(batches)} training batches, fewer than log_every_n_steps={every}: metrics logged "
             f"on_step reach the loggers only every {every} optimizer steps, across epochs, so a short run writes "
@@ -537,6 +538,8 @@ class FitLoop:
         assert module is not None
         in_eval = [name or "(the module)" for name, m in module.named_modules() if not m.training]
         if in_eval:
+            from torchplug.utilities.warnings import PossibleUserWarning  # a module of its own: loaded when it warns
+
             rank_zero_warn(
                 f"{len(in_eval)} module(s) are in eval mode at the start of training ({', '.join(in_eval[:5])}"
                 f"{', ...' if len(in_eval) > 5 else ''}): dropout and batch norm behave as in evaluation. If this "

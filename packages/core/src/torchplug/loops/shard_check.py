@@ -17,7 +17,6 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from torchplug.utilities.rank_zero import rank_zero_warn
-from torchplug.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from torchplug.strategies.strategy import Strategy
@@ -78,6 +77,8 @@ def warn_if_every_process_got_the_same_batch(strategy: Strategy, iterator: Itera
     values = gathered.reshape(-1, 2)
     every = values.shape[0] == strategy.world_size  # (a strategy whose all_gather returned less: no verdict)
     if every and bool(torch.isfinite(values).all()) and bool((values == values[0]).all()):
+        from torchplug.utilities.warnings import PossibleUserWarning  # a module of its own: loaded when it warns
+
         rank_zero_warn(
             f"Every one of the {strategy.world_size} processes got the same first training batch: the data is not "
             "sharded, so each process trains on all of it (every sample counts world_size times, and an epoch "

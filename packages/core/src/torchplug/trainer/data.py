@@ -33,7 +33,6 @@ from torchplug.utilities.combined_loader import CombinedLoader
 from torchplug.utilities.env_vars import env_int
 from torchplug.utilities.rank_zero import rank_zero_warn
 from torchplug.utilities.seed import worker_init_function, workers_seeded
-from torchplug.utilities.warnings import PossibleUserWarning
 
 if TYPE_CHECKING:
     from torchplug.strategies.strategy import Strategy
@@ -714,6 +713,8 @@ def _warn_if_padded(what: str, loaders: list[Any]) -> None:
     for index, loader in enumerate(loaders):
         repeated, shared = _padding(loader)
         if repeated:
+            from torchplug.utilities.warnings import PossibleUserWarning  # a module of its own: loaded when it warns
+
             which = f" (dataloader {index})" if len(loaders) > 1 else ""
             rank_zero_warn(
                 f"trainer.{what}(){which}: the DistributedSampler repeats {repeated} of the {shared} samples to give "
