@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader, TensorDataset
 
 import torchplug
 from tests.core.trainer.models import BlobData, Classifier, quiet
-from torchplug import MisconfigurationError
+from torchplug import LoggedValueError, MisconfigurationError
 from torchplug.loggers.logger import Logger
 
 
@@ -333,6 +333,36 @@ def test_other_spellings_of_the_same_options_are_accepted(first: dict[str, Any],
 def test_a_bad_value_is_refused_on_any_call_not_only_the_first(value: Any, error: str) -> None:
     with pytest.raises((ValueError, TypeError), match=error):
         fit(LogsTwice({}, {}, later_value=value), max_epochs=1, limit_val_batches=0)
+
+
+class LogsValue(Logs):
+    """Logs ``value`` as ``x`` in every training step."""
+
+    def __init__(self, value: Any) -> None:
+        super().__init__()
+        self.value = value
+
+    def training_step(self, batch: Any, batch_idx: int) -> torch.Tensor:
+        loss = super().training_step(batch, batch_idx)
+        self.log("x", self.value)
+        return loss
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ({"a": 1.0, "b": 2.0}, r"self.log\('x', ...\) needs one number, got a dict of 2 values\. Hint: self.log_dict"),
+        ({"a": {"b": 1.0}}, r"needs one number, got a dict of 1 values"),
+        ("0.5", r"needs a number.*got str"),
+        (torch.ones(3), r"got a tensor of shape \(3,\)"),
+    ],
+    ids=["dict", "nested dict", "str", "vector"],
+)
+def test_a_value_self_log_cannot_record_is_a_value_error_as_in_lightning(value: Any, error: str) -> None:
+    with pytest.raises(LoggedValueError, match=error) as caught:
+        fit(LogsValue(value), max_epochs=1, limit_val_batches=0)
+    assert isinstance(caught.value, ValueError)  # what Lightning raises
+    assert isinstance(caught.value, TypeError)  # what torchplug raised before: code catching it still does
 
 
 def test_enable_graph_keeps_the_value_attached() -> None:

@@ -12,6 +12,7 @@ from torchplug._discovery import Provider
 from torchplug._errors import (
     BrokenPluginError,
     CheckpointLoadError,
+    LoggedValueError,
     MisconfigurationError,
     NonFiniteLossError,
     PluginConflictError,
@@ -62,6 +63,7 @@ __all__ = [
     "ClusterEnvironmentRegistry",
     "DataModule",
     "Launcher",
+    "LoggedValueError",
     "MisconfigurationError",
     "Module",
     "NonFiniteLossError",

@@ -7,6 +7,7 @@ from typing_extensions import override
 __all__ = [
     "BrokenPluginError",
     "CheckpointLoadError",
+    "LoggedValueError",
     "MisconfigurationError",
     "NonFiniteLossError",
     "PluginConflictError",
@@ -112,6 +113,14 @@ class CheckpointLoadError(TorchplugError, ValueError):
     """A checkpoint file could not be read: empty, truncated, or not a checkpoint at all.
 
     The message names the path and the cause; the original error is chained.
+    """
+
+
+class LoggedValueError(TorchplugError, TypeError, ValueError):
+    """``self.log`` was given a value it cannot record: a dict, a string, a list... (the message names it).
+
+    A ValueError, as Lightning raises, and a TypeError, as the kind of value is what is wrong, so
+    that code catching either keeps working.
     """
 
 

@@ -14,12 +14,12 @@ Metric only when the user's code has imported torchmetrics already.
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import torch
 
-from torchplug._errors import MisconfigurationError
+from torchplug._errors import LoggedValueError, MisconfigurationError
 
 if TYPE_CHECKING:
     from torchplug.core.module import Module
@@ -206,13 +206,18 @@ def _warn_unsynced(name: str, world_size: int) -> None:
 def _check_value(name: str, value: Any) -> None:
     if isinstance(value, torch.Tensor):
         if value.numel() != 1:
-            raise ValueError(
+            raise LoggedValueError(
                 f"self.log({name!r}, ...) needs one number, got a tensor of shape {tuple(value.shape)}. "
                 "Hint: reduce it first, for example value.mean()."
             )
         return
+    if isinstance(value, Mapping):
+        raise LoggedValueError(
+            f"self.log({name!r}, ...) needs one number, got a {type(value).__name__} of {len(value)} values. Hint: "
+            f"self.log_dict({{...}}) logs each entry under its own name."
+        )
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise TypeError(
+        raise LoggedValueError(
             f"self.log({name!r}, ...) needs a number, a one-element tensor or a torchmetrics Metric, "
             f"got {type(value).__name__}."
         )
