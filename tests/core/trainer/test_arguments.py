@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from pathlib import Path
 from typing import Any
@@ -9,7 +10,8 @@ from typing import Any
 import pytest
 
 import torchplug
-from tests.core.trainer.models import quiet
+from tests.core.conftest import LogRecords
+from tests.core.trainer.models import BlobData, Classifier, quiet
 
 
 def _case(kwargs: dict[str, Any], *expected: Any) -> Any:
@@ -116,3 +118,58 @@ def test_a_minimum_above_its_maximum_is_announced(kwargs: dict[str, Any], messag
     """As in Lightning the maximum wins; the minimum had no effect without a word."""
     with pytest.warns(UserWarning, match=message):
         torchplug.Trainer(**quiet(**kwargs))
+
+
+def _said(argument: str, meaning: str) -> str:
+    """The info line of ``Trainer(argument)``, as Lightning words it (users' tests match it)."""
+    return f"`Trainer({argument})` was configured so {meaning}"
+
+
+def _dev_run(batches: int) -> str:
+    return (
+        f"Running in `fast_dev_run` mode: will run the requested loop using {batches} batch(es). Logging and "
+        "checkpointing is suppressed."
+    )
+
+
+ONE_TRAIN = _said("limit_train_batches=1", "1 batch per epoch will be used.")
+ONE_TEST = _said("limit_test_batches=1", "1 batch will be used.")
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "said"),
+    [
+        _case({"limit_train_batches": 1}, [ONE_TRAIN]),
+        _case({"limit_val_batches": 1}, [_said("limit_val_batches=1", "1 batch will be used.")]),
+        _case({"limit_test_batches": 1}, [ONE_TEST]),
+        _case({"limit_predict_batches": 1}, [_said("limit_predict_batches=1", "1 batch will be used.")]),
+        _case({"limit_train_batches": 1.0},
+              [_said("limit_train_batches=1.0", "100% of the batches per epoch will be used.")]),
+        _case({"limit_test_batches": 1.0}, [_said("limit_test_batches=1.0", "100% of the batches will be used.")]),
+        _case({"val_check_interval": 1}, [_said("val_check_interval=1", "validation will run after every batch.")]),
+        _case({"val_check_interval": 1.0},
+              [_said("val_check_interval=1.0", "validation will run at the end of the training epoch.")]),
+        _case({"limit_train_batches": 1, "limit_val_batches": 1},
+              [ONE_TRAIN, _said("limit_val_batches=1", "1 batch will be used.")]),
+        _case({"fast_dev_run": True, "limit_train_batches": 1}, [_dev_run(1)]),
+        _case({"fast_dev_run": 3}, [_dev_run(3)]),
+        _case({"overfit_batches": 1, "limit_test_batches": 1}, [ONE_TEST]),
+        _case({"limit_train_batches": 2, "limit_val_batches": 0.5, "val_check_interval": 0.5}, []),
+        _case({}, []),
+    ],
+)  # fmt: skip
+def test_a_limit_of_one_batch_or_all_of_them_is_spelled_out(
+    kwargs: dict[str, Any], said: list[str], torchplug_log: LogRecords
+):
+    # 1 and 1.0 differ only by their type: the Trainer says which one it read, at the info level.
+    torchplug.Trainer(**quiet(**kwargs))
+    lines = [m for m in torchplug_log.messages(logging.INFO) if "was configured so" in m or "`fast_dev_run` mode" in m]
+    assert lines == said
+
+
+def test_the_limits_are_spelled_out_once_per_trainer(torchplug_log: LogRecords):
+    trainer = torchplug.Trainer(**quiet(limit_train_batches=1, max_epochs=2))
+    model, data = Classifier(), BlobData(n=64)
+    trainer.fit(model, datamodule=data)
+    trainer.validate(model, datamodule=data)
+    assert [m for m in torchplug_log.messages(logging.INFO) if "was configured so" in m] == [ONE_TRAIN]

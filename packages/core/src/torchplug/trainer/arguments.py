@@ -11,11 +11,12 @@ import math
 import os
 import re
 from datetime import timedelta
-from typing import Any, cast
+from typing import Any, Final, cast
 
 from torchplug._errors import MisconfigurationError
 
 __all__ = [
+    "announce_batch_limits",
     "check_barebones",
     "check_bool",
     "check_clip_algorithm",
@@ -117,6 +118,47 @@ def parse_duration(value: Any, what: str = "max_time") -> timedelta:
     if duration.total_seconds() < 0:
         raise MisconfigurationError(f"{what}={value!r} is negative. Hint: give a duration >= 0.")
     return duration
+
+
+#: What a limit of exactly 1 (an int: one batch) or 1.0 (a float: all of them) means, per argument.
+_ONE_MEANS: Final = {
+    "limit_train_batches": ("1 batch per epoch will be used.", "100% of the batches per epoch will be used."),
+    "val_check_interval": (
+        "validation will run after every batch.",
+        "validation will run at the end of the training epoch.",
+    ),
+}
+_ONE_MEANS_OTHERWISE: Final = ("1 batch will be used.", "100% of the batches will be used.")
+
+
+def announce_batch_limits(fast_dev_run: int, overfit_batches: float, **given: int | float | None) -> None:
+    """Say at the info level, once per Trainer, what a development run or a limit of 1 or 1.0 means.
+
+    ``1`` (one batch) and ``1.0`` (all of them) differ only by their type, so the Trainer spells
+    out which one it read, as Lightning does. ``fast_dev_run`` replaces the limits (one line for
+    it); ``overfit_batches`` replaces the train and validation limits.
+
+    Args:
+        fast_dev_run: The checked ``fast_dev_run`` (0: off).
+        overfit_batches: The checked ``overfit_batches`` (0: off).
+        **given: The user's ``limit_*_batches`` and ``val_check_interval``, by name (None: not given).
+    """
+    from torchplug.utilities.rank_zero import rank_zero_info
+
+    if fast_dev_run:
+        rank_zero_info(
+            f"Running in `fast_dev_run` mode: will run the requested loop using {fast_dev_run} batch(es). "
+            "Logging and checkpointing is suppressed."
+        )
+        return
+    for name, value in given.items():
+        if overfit_batches and name in ("limit_train_batches", "limit_val_batches"):
+            continue
+        one, all_of_them = _ONE_MEANS.get(name, _ONE_MEANS_OTHERWISE)
+        if _is_int(value) and value == 1:
+            rank_zero_info(f"`Trainer({name}=1)` was configured so {one}")
+        elif isinstance(value, float) and value == 1.0:
+            rank_zero_info(f"`Trainer({name}=1.0)` was configured so {all_of_them}")
 
 
 def check_val_check_interval(value: Any) -> int | float | timedelta:

@@ -200,6 +200,15 @@ class Trainer(TrainerProperties):
                 limit_train_batches, limit_val_batches, limit_test_batches, limit_predict_batches))
         )  # fmt: skip
         interval = check.check_val_check_interval(val_check_interval)
+        check.announce_batch_limits(
+            dev,
+            overfit,
+            limit_train_batches=train,
+            limit_val_batches=val,
+            limit_test_batches=test,
+            limit_predict_batches=predict,
+            val_check_interval=val_check_interval,
+        )
         every_n = check.check_int("check_val_every_n_epoch", check_val_every_n_epoch, 1, (None,))
         sanity = check.check_int(
             "num_sanity_val_steps", num_sanity_val_steps, 0, (None, -1), "give an int >= 0, or -1 for all batches"
