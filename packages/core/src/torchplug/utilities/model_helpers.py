@@ -100,6 +100,6 @@ def _default_parent(instance: object) -> type | None:
     cls = instance if isinstance(instance, type) else type(instance)
     for module_name, class_name in _DEFAULT_PARENTS:
         base = getattr(sys.modules.get(module_name), class_name, None)
-        if base is not None and issubclass(cls, base):
+        if isinstance(base, type) and issubclass(cls, base):
             return base
     return None
