@@ -131,7 +131,7 @@ _ONE_MEANS: Final = {
 _ONE_MEANS_OTHERWISE: Final = ("1 batch will be used.", "100% of the batches will be used.")
 
 
-def announce_batch_limits(fast_dev_run: int, overfit_batches: float, **given: int | float | None) -> None:
+def announce_batch_limits(fast_dev_run: int, overfit_batches: float, **given: Any) -> None:
     """Say at the info level, once per Trainer, what a development run or a limit of 1 or 1.0 means.
 
     ``1`` (one batch) and ``1.0`` (all of them) differ only by their type, so the Trainer spells
@@ -141,7 +141,8 @@ def announce_batch_limits(fast_dev_run: int, overfit_batches: float, **given: in
     Args:
         fast_dev_run: The checked ``fast_dev_run`` (0: off).
         overfit_batches: The checked ``overfit_batches`` (0: off).
-        **given: The user's ``limit_*_batches`` and ``val_check_interval``, by name (None: not given).
+        **given: The user's ``limit_*_batches`` and ``val_check_interval``, by name (None: not given; a time
+            ``val_check_interval`` is said nothing of).
     """
     from torchplug.utilities.rank_zero import rank_zero_info
 
